@@ -1,0 +1,309 @@
+//! `EtcdClient`: the async HTTP client for the etcd v3 JSON API, with endpoint failover.
+//! It works the same against rkube-store and against a real etcd cluster.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::types::*;
+use crate::watch::{self, WatchReceiver, WatchSender};
+
+/// gRPC status codes that etcd puts in the `code` field of its error JSON.
+pub mod grpc_code {
+    pub const INVALID_ARGUMENT: i32 = 3;
+    pub const NOT_FOUND: i32 = 5;
+    pub const FAILED_PRECONDITION: i32 = 9;
+    pub const OUT_OF_RANGE: i32 = 11;
+    pub const UNAVAILABLE: i32 = 14;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// etcd answered with its error JSON.
+    #[error("{message}")]
+    Api {
+        status: u16,
+        code: i32,
+        message: String,
+    },
+    /// No endpoint could be reached, or the connection broke.
+    #[error("etcd transport error: {0}")]
+    Transport(String),
+    /// The response was not the JSON we expected.
+    #[error("etcd response could not be decoded: {0}")]
+    Decode(String),
+}
+
+impl EtcdError {
+    pub fn message(&self) -> String {
+        self.to_string()
+    }
+    /// `etcdserver: mvcc: required revision has been compacted`
+    pub fn is_compacted(&self) -> bool {
+        matches!(self, EtcdError::Api { message, .. } if message.contains("required revision has been compacted"))
+    }
+    /// `etcdserver: mvcc: required revision is a future revision`
+    pub fn is_future_revision(&self) -> bool {
+        matches!(self, EtcdError::Api { message, .. } if message.contains("required revision is a future revision"))
+    }
+    pub fn is_lease_not_found(&self) -> bool {
+        matches!(self, EtcdError::Api { message, .. } if message.contains("requested lease not found"))
+    }
+    pub fn is_transport(&self) -> bool {
+        matches!(self, EtcdError::Transport(_))
+    }
+}
+
+impl From<reqwest::Error> for EtcdError {
+    fn from(e: reqwest::Error) -> Self {
+        EtcdError::Transport(e.to_string())
+    }
+}
+
+#[derive(Clone)]
+pub struct EtcdClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    /// Streams get their own client without a total timeout.
+    stream_http: reqwest::Client,
+    endpoints: Vec<String>,
+    current: AtomicUsize,
+}
+
+impl EtcdClient {
+    /// `endpoints` are base URLs such as `http://127.0.0.1:2379`; calls fail over between them.
+    pub fn new(endpoints: &[String]) -> Result<Self, EtcdError> {
+        if endpoints.is_empty() {
+            return Err(EtcdError::Transport("no etcd endpoints given".into()));
+        }
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let stream_http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(3))
+            .http1_only()
+            .build()?;
+        let endpoints = endpoints
+            .iter()
+            .map(|e| e.trim().trim_end_matches('/').to_string())
+            .filter(|e| !e.is_empty())
+            .collect();
+        Ok(EtcdClient {
+            inner: Arc::new(Inner {
+                http,
+                stream_http,
+                endpoints,
+                current: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    fn endpoint_order(&self) -> impl Iterator<Item = (usize, &str)> {
+        let n = self.inner.endpoints.len();
+        let start = self.inner.current.load(Ordering::Relaxed) % n;
+        (0..n).map(move |i| {
+            let idx = (start + i) % n;
+            (idx, self.inner.endpoints[idx].as_str())
+        })
+    }
+
+    /// POSTs `req` to `path`, failing over to the next endpoint on connection errors
+    /// (which guarantee the request was not delivered) and on `Unavailable`.
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: &Req,
+    ) -> Result<Resp, EtcdError> {
+        let body = serde_json::to_vec(req).map_err(|e| EtcdError::Decode(e.to_string()))?;
+        let mut last = None;
+        for (idx, ep) in self.endpoint_order() {
+            let result = self
+                .inner
+                .http
+                .post(format!("{ep}{path}"))
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            match result {
+                Ok(resp) => {
+                    self.inner.current.store(idx, Ordering::Relaxed);
+                    return decode_response(resp).await;
+                }
+                Err(e) if e.is_connect() => {
+                    tracing::debug!(endpoint = ep, error = %e, "etcd endpoint unreachable, trying next");
+                    last = Some(EtcdError::from(e));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last.unwrap_or_else(|| EtcdError::Transport("no endpoint".into())))
+    }
+
+    pub async fn range(&self, req: &RangeRequest) -> Result<RangeResponse, EtcdError> {
+        self.call("/v3/kv/range", req).await
+    }
+    pub async fn put(&self, req: &PutRequest) -> Result<PutResponse, EtcdError> {
+        self.call("/v3/kv/put", req).await
+    }
+    pub async fn delete_range(
+        &self,
+        req: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, EtcdError> {
+        self.call("/v3/kv/deleterange", req).await
+    }
+    pub async fn txn(&self, req: &TxnRequest) -> Result<TxnResponse, EtcdError> {
+        self.call("/v3/kv/txn", req).await
+    }
+    pub async fn compact(&self, req: &CompactionRequest) -> Result<CompactionResponse, EtcdError> {
+        self.call("/v3/kv/compaction", req).await
+    }
+    pub async fn lease_grant(
+        &self,
+        req: &LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, EtcdError> {
+        self.call("/v3/lease/grant", req).await
+    }
+    pub async fn lease_revoke(&self, id: i64) -> Result<LeaseRevokeResponse, EtcdError> {
+        self.call("/v3/lease/revoke", &LeaseIdRequest { id }).await
+    }
+    pub async fn lease_time_to_live(
+        &self,
+        req: &LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse, EtcdError> {
+        self.call("/v3/lease/timetolive", req).await
+    }
+    pub async fn lease_leases(&self) -> Result<LeaseLeasesResponse, EtcdError> {
+        self.call("/v3/lease/leases", &serde_json::json!({})).await
+    }
+    pub async fn status(&self) -> Result<StatusResponse, EtcdError> {
+        self.call("/v3/maintenance/status", &serde_json::json!({}))
+            .await
+    }
+
+    /// One keepalive round trip on `/v3/lease/keepalive` (a one-message stream).
+    pub async fn lease_keep_alive_once(
+        &self,
+        id: i64,
+    ) -> Result<LeaseKeepAliveResponse, EtcdError> {
+        let body = serde_json::to_vec(&LeaseIdRequest { id })
+            .map_err(|e| EtcdError::Decode(e.to_string()))?;
+        let ep = self
+            .endpoint_order()
+            .next()
+            .map(|(_, e)| e.to_string())
+            .unwrap_or_default();
+        let resp = self
+            .inner
+            .http
+            .post(format!("{ep}/v3/lease/keepalive"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        if status != 200 {
+            return Err(api_error(status, first.as_bytes()));
+        }
+        let line: StreamLine<LeaseKeepAliveResponse> =
+            serde_json::from_str(first).map_err(|e| EtcdError::Decode(format!("{e}: {first}")))?;
+        match (line.result, line.error) {
+            (Some(r), _) => Ok(r),
+            (None, Some(e)) => Err(EtcdError::Api {
+                status,
+                code: e.code,
+                message: e.message,
+            }),
+            _ => Err(EtcdError::Decode(format!(
+                "empty keepalive response: {first}"
+            ))),
+        }
+    }
+
+    /// Opens a watch stream carrying `requests` (usually one create). Works on rkube-store and
+    /// on etcd; to stop the watches, drop the receiver (which closes the connection).
+    pub async fn watch(&self, requests: Vec<WatchRequest>) -> Result<WatchReceiver, EtcdError> {
+        Ok(self.open_watch(requests, false).await?.1)
+    }
+
+    /// A full-duplex watch stream: more creates, cancels and progress requests go through the
+    /// returned sender while responses arrive. rkube-store supports this; etcd's HTTP gateway
+    /// buffers responses until the request body ends, so use `watch` there.
+    pub async fn watch_duplex(
+        &self,
+        requests: Vec<WatchRequest>,
+    ) -> Result<(WatchSender, WatchReceiver), EtcdError> {
+        let (tx, rx) = self.open_watch(requests, true).await?;
+        Ok((tx.expect("duplex watch has a sender"), rx))
+    }
+
+    async fn open_watch(
+        &self,
+        requests: Vec<WatchRequest>,
+        duplex: bool,
+    ) -> Result<(Option<WatchSender>, WatchReceiver), EtcdError> {
+        let mut last = None;
+        for (idx, ep) in self.endpoint_order() {
+            match watch::open(&self.inner.stream_http, ep, requests.clone(), duplex).await {
+                Ok(pair) => {
+                    self.inner.current.store(idx, Ordering::Relaxed);
+                    return Ok(pair);
+                }
+                Err(e) if e.is_transport() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| EtcdError::Transport("no endpoint".into())))
+    }
+}
+
+async fn decode_response<Resp: DeserializeOwned>(
+    resp: reqwest::Response,
+) -> Result<Resp, EtcdError> {
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await?;
+    if status != 200 {
+        return Err(api_error(status, &bytes));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        EtcdError::Decode(format!(
+            "{e}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+        ))
+    })
+}
+
+pub(crate) fn api_error(status: u16, body: &[u8]) -> EtcdError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) if !e.message.is_empty() || !e.error.is_empty() => EtcdError::Api {
+            status,
+            code: e.code,
+            message: if e.message.is_empty() {
+                e.error
+            } else {
+                e.message
+            },
+        },
+        _ => EtcdError::Api {
+            status,
+            code: 0,
+            message: format!("HTTP {status}: {}", String::from_utf8_lossy(body).trim()),
+        },
+    }
+}

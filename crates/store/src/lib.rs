@@ -1,0 +1,238 @@
+//! rkube-store: an etcd v3 compatible key-value server (JSON gateway API) on redb.
+//!
+//! Layout: `apply` is the MVCC core (pure, synchronous), `index` the in-memory key index,
+//! `backend` the redb file, `writer` the group-commit thread, `mvcc` the shared state and read
+//! path, `watch` the hub and streams, `lease` the lessor, `http` the wire front, `error` the
+//! one conversion to etcd's error JSON.
+
+pub mod apply;
+pub mod backend;
+pub mod error;
+pub mod http;
+pub mod index;
+pub mod keyrange;
+pub mod lease;
+pub mod metrics;
+pub mod mvcc;
+pub mod record;
+pub mod reqstream;
+pub mod validate;
+pub mod watch;
+pub mod writer;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rkube_daemon::metrics::{process_rss_bytes, Registry};
+use rkube_daemon::ShutdownToken;
+use tokio::net::TcpListener;
+
+use crate::apply::WriteOp;
+use crate::mvcc::Mvcc;
+
+/// Validated configuration of one store process.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    /// Periodic compaction keeps this much history; zero disables it.
+    pub auto_compaction_retention: Duration,
+    /// Interval of progress notifications to watches that asked; zero disables them.
+    pub watch_progress_notify_interval: Duration,
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    /// redb page cache size.
+    pub cache_bytes: usize,
+    /// Queued messages per watch stream before its slowest watcher is cancelled.
+    pub watch_buffer: usize,
+    /// The smallest TTL a lease gets.
+    pub min_lease_ttl: i64,
+}
+
+impl Config {
+    pub fn new(data_dir: PathBuf) -> Self {
+        Config {
+            data_dir,
+            auto_compaction_retention: Duration::ZERO,
+            watch_progress_notify_interval: Duration::from_secs(600),
+            max_request_bytes: 1536 * 1024,
+            max_txn_ops: 128,
+            cache_bytes: 64 * 1024 * 1024,
+            watch_buffer: 1024,
+            min_lease_ttl: 2,
+        }
+    }
+}
+
+/// Serves the store on `listener` until `shutdown` is cancelled.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownToken,
+) -> anyhow::Result<()> {
+    let registry = Registry::new();
+    let metrics = metrics::StoreMetrics::new(registry.clone());
+    let cfg = config.clone();
+    let mvcc = tokio::task::spawn_blocking(move || {
+        Mvcc::open(cfg.data_dir, cfg.cache_bytes, cfg.min_lease_ttl, metrics)
+    })
+    .await??;
+    register_gauges(&registry, &mvcc);
+    let writer = writer::Writer::start(mvcc.clone());
+
+    tokio::spawn(expire_leases(
+        mvcc.clone(),
+        writer.clone(),
+        shutdown.clone(),
+    ));
+    if !config.watch_progress_notify_interval.is_zero() {
+        tokio::spawn(progress_notify(
+            mvcc.clone(),
+            config.watch_progress_notify_interval,
+            shutdown.clone(),
+        ));
+    }
+    if !config.auto_compaction_retention.is_zero() {
+        tokio::spawn(auto_compact(
+            mvcc.clone(),
+            writer.clone(),
+            config.auto_compaction_retention,
+            shutdown.clone(),
+        ));
+    }
+
+    let app = http::App {
+        mvcc: mvcc.clone(),
+        writer,
+        max_request_bytes: config.max_request_bytes,
+        max_txn_ops: config.max_txn_ops,
+        watch: Arc::new(watch::stream::WatchConfig {
+            buffer: config.watch_buffer,
+        }),
+        shutdown: shutdown.clone(),
+    };
+    tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), "rkube-store serving");
+    axum::serve(listener, http::router(app))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await?;
+    tracing::info!("rkube-store stopped");
+    Ok(())
+}
+
+fn register_gauges(registry: &Registry, mvcc: &Arc<Mvcc>) {
+    let m = mvcc.clone();
+    registry.gauge_fn(
+        "rkube_store_revision",
+        "The current revision.",
+        &[],
+        move || m.current_rev() as f64,
+    );
+    let m = mvcc.clone();
+    registry.gauge_fn(
+        "rkube_store_compact_revision",
+        "The compacted revision.",
+        &[],
+        move || m.state.read().unwrap().compact_rev as f64,
+    );
+    let m = mvcc.clone();
+    registry.gauge_fn(
+        "rkube_store_keys",
+        "Keys that currently exist or have history.",
+        &[],
+        move || m.state.read().unwrap().index.len() as f64,
+    );
+    let m = mvcc.clone();
+    registry.gauge_fn(
+        "rkube_store_db_size_bytes",
+        "Size of the redb file.",
+        &[],
+        move || backend::Backend::file_size(&m.data_dir) as f64,
+    );
+    let m = mvcc.clone();
+    registry.gauge_fn("rkube_store_watchers", "Open watches.", &[], move || {
+        m.hub.watcher_count() as f64
+    });
+    let m = mvcc.clone();
+    registry.gauge_fn("rkube_store_leases", "Granted leases.", &[], move || {
+        m.lessor.lock().unwrap().len() as f64
+    });
+    registry.gauge_fn(
+        "process_resident_memory_bytes",
+        "Resident set size.",
+        &[],
+        || process_rss_bytes() as f64,
+    );
+}
+
+/// Revokes expired leases through the writer, so their keys' deletion is a normal revision.
+async fn expire_leases(mvcc: Arc<Mvcc>, writer: writer::Writer, shutdown: ShutdownToken) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let expired = mvcc
+            .lessor
+            .lock()
+            .unwrap()
+            .expired(tokio::time::Instant::now());
+        for id in expired {
+            match writer.submit(WriteOp::LeaseRevoke(id)).await {
+                Ok(_) => tracing::debug!(lease = id, "lease expired"),
+                Err(error::StoreError::LeaseNotFound) => {}
+                Err(e) => tracing::warn!(lease = id, error = %e, "revoking expired lease failed"),
+            }
+        }
+    }
+}
+
+async fn progress_notify(mvcc: Arc<Mvcc>, every: Duration, shutdown: ShutdownToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => mvcc.hub.progress_tick(),
+        }
+    }
+}
+
+/// etcd's periodic compaction: every tenth of the retention (at most hourly), compact to the
+/// revision that was current one retention ago.
+async fn auto_compact(
+    mvcc: Arc<Mvcc>,
+    writer: writer::Writer,
+    retention: Duration,
+    shutdown: ShutdownToken,
+) {
+    let every = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(3600));
+    let mut samples: std::collections::VecDeque<(tokio::time::Instant, i64)> = Default::default();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = tokio::time::Instant::now();
+        samples.push_back((now, mvcc.current_rev()));
+        let mut target = None;
+        while let Some((t, rev)) = samples.front().copied() {
+            if now.duration_since(t) >= retention {
+                target = Some(rev);
+                samples.pop_front();
+            } else {
+                break;
+            }
+        }
+        let Some(rev) = target else { continue };
+        let compacted = mvcc.state.read().unwrap().compact_rev;
+        if rev <= compacted {
+            continue;
+        }
+        match writer.submit(WriteOp::Compact(rev)).await {
+            Ok(_) => tracing::info!(revision = rev, "auto compaction finished"),
+            Err(e) => tracing::warn!(revision = rev, error = %e, "auto compaction failed"),
+        }
+    }
+}

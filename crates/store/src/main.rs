@@ -1,0 +1,84 @@
+//! `rkube-store`: parses etcd-style flags and runs the store.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use rkube_daemon::GoDuration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rkube-store",
+    version,
+    about = "An etcd v3 compatible key-value store on redb"
+)]
+struct Flags {
+    /// URL to serve clients on (the first of a comma-separated list is used).
+    #[arg(
+        long,
+        env = "RKUBE_STORE_LISTEN_CLIENT_URLS",
+        default_value = "http://127.0.0.1:2379"
+    )]
+    listen_client_urls: String,
+    /// Directory holding the database file.
+    #[arg(
+        long,
+        env = "RKUBE_STORE_DATA_DIR",
+        default_value = "default.rkube-store"
+    )]
+    data_dir: PathBuf,
+    /// History to keep: a Go duration ("5m") or a bare number of hours ("1"), as etcd's
+    /// periodic mode; 0 disables automatic compaction.
+    #[arg(long, default_value = "0")]
+    auto_compaction_retention: String,
+    /// Interval of progress notifications to watches that requested them.
+    #[arg(long, default_value = "10m")]
+    watch_progress_notify_interval: GoDuration,
+    /// Largest accepted request, in bytes.
+    #[arg(long, default_value_t = 1536 * 1024)]
+    max_request_bytes: usize,
+    /// Most operations in one Txn.
+    #[arg(long, default_value_t = 128)]
+    max_txn_ops: usize,
+    /// redb page cache in MiB.
+    #[arg(long, default_value_t = 64)]
+    cache_size_mb: usize,
+}
+
+fn parse_retention(s: &str) -> anyhow::Result<Duration> {
+    if let Ok(hours) = s.trim().parse::<f64>() {
+        anyhow::ensure!(
+            hours >= 0.0,
+            "--auto-compaction-retention must not be negative"
+        );
+        return Ok(Duration::from_secs_f64(hours * 3600.0));
+    }
+    rkube_daemon::parse_duration(s).map_err(|e| anyhow::anyhow!("--auto-compaction-retention: {e}"))
+}
+
+fn listen_addr(urls: &str) -> anyhow::Result<String> {
+    let first = urls.split(',').next().unwrap_or_default().trim();
+    let addr = first
+        .strip_prefix("http://")
+        .with_context(|| format!("--listen-client-urls must be http:// URLs, got {first:?}"))?;
+    Ok(addr.trim_end_matches('/').to_string())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    rkube_daemon::init_tracing();
+    let flags = Flags::parse();
+    let mut config = rkube_store::Config::new(flags.data_dir);
+    config.auto_compaction_retention = parse_retention(&flags.auto_compaction_retention)?;
+    config.watch_progress_notify_interval = flags.watch_progress_notify_interval.into();
+    config.max_request_bytes = flags.max_request_bytes;
+    config.max_txn_ops = flags.max_txn_ops;
+    config.cache_bytes = flags.cache_size_mb * 1024 * 1024;
+    let addr = listen_addr(&flags.listen_client_urls)?;
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("listen on {addr}"))?;
+    let shutdown = rkube_daemon::shutdown_token();
+    rkube_store::run(config, listener, shutdown).await
+}

@@ -1,0 +1,282 @@
+//! The watch hub: every synced watcher, and the fan-out of each committed batch to them.
+//!
+//! A watcher is *unsynced* while its stream replays history from disk (see
+//! `stream::catch_up`), and *synced* once it has seen everything up to `committed`; from then
+//! on the writer's `publish` hands it new events. Publishing never blocks: each stream has a
+//! bounded queue, and a watcher whose events do not fit is cancelled (its client resumes from
+//! the last revision it saw) so that a slow reader never holds up writers or other watchers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::keyrange::KeyRange;
+use crate::watch::event::EventData;
+use rkube_etcd_api::EventType;
+
+/// What a stream task receives from the hub and from its catch-up tasks.
+pub enum StreamMsg {
+    Events {
+        watch_id: i64,
+        rev: i64,
+        events: Vec<Arc<EventData>>,
+        prev_kv: bool,
+    },
+    /// A progress notification: every event up to `rev` has been delivered.
+    Progress { watch_id: i64, rev: i64 },
+    /// The watch ended because its start revision was compacted.
+    Compacted { watch_id: i64, compact_rev: i64 },
+}
+
+#[derive(Clone)]
+pub struct Watcher {
+    pub stream: u64,
+    pub watch_id: i64,
+    pub range: KeyRange,
+    pub no_put: bool,
+    pub no_delete: bool,
+    pub prev_kv: bool,
+    pub progress_notify: bool,
+    /// The first revision this watcher still needs.
+    pub next_rev: i64,
+    /// Events were sent since the last progress tick (which then skips this watcher).
+    pub sent_since_tick: bool,
+}
+
+impl Watcher {
+    pub fn wants(&self, e: &EventData) -> bool {
+        e.rev.main >= self.next_rev
+            && self.range.contains(e.key())
+            && !(self.no_put && e.kind == EventType::Put)
+            && !(self.no_delete && e.kind == EventType::Delete)
+    }
+}
+
+/// Per-stream state the hub needs.
+struct StreamState {
+    tx: mpsc::Sender<StreamMsg>,
+    unsynced: usize,
+    progress_pending: bool,
+    shared: Arc<StreamShared>,
+}
+
+/// Shared between the hub and one stream task: watches cancelled for overflow.
+#[derive(Default)]
+pub struct StreamShared {
+    pub overflowed: Mutex<Vec<i64>>,
+    pub notify: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    committed: i64,
+    next_stream: u64,
+    synced: Vec<Watcher>,
+    streams: HashMap<u64, StreamState>,
+}
+
+#[derive(Default)]
+pub struct Hub {
+    inner: Mutex<Inner>,
+}
+
+impl Hub {
+    pub fn new(committed: i64) -> Self {
+        Hub {
+            inner: Mutex::new(Inner {
+                committed,
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub fn committed(&self) -> i64 {
+        self.inner.lock().unwrap().committed
+    }
+
+    pub fn watcher_count(&self) -> usize {
+        let inner = self.inner.lock().unwrap();
+        inner.synced.len() + inner.streams.values().map(|s| s.unsynced).sum::<usize>()
+    }
+
+    pub fn register_stream(&self, tx: mpsc::Sender<StreamMsg>) -> (u64, Arc<StreamShared>) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.next_stream += 1;
+        let id = inner.next_stream;
+        let shared = Arc::new(StreamShared::default());
+        inner.streams.insert(
+            id,
+            StreamState {
+                tx,
+                unsynced: 0,
+                progress_pending: false,
+                shared: shared.clone(),
+            },
+        );
+        (id, shared)
+    }
+
+    pub fn unregister_stream(&self, stream: u64) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.streams.remove(&stream);
+        inner.synced.retain(|w| w.stream != stream);
+    }
+
+    /// Adds a watcher that needs no replay: it starts after `committed` (or later, if asked).
+    pub fn add_synced(&self, mut w: Watcher) {
+        let mut inner = self.inner.lock().unwrap();
+        w.next_rev = w.next_rev.max(inner.committed + 1);
+        inner.synced.push(w);
+    }
+
+    /// Counts a watcher that is replaying history, so progress requests wait for it.
+    pub fn add_unsynced(&self, stream: u64) {
+        if let Some(s) = self.inner.lock().unwrap().streams.get_mut(&stream) {
+            s.unsynced += 1;
+        }
+    }
+
+    /// A replaying watcher that has delivered everything up to `delivered` joins the synced
+    /// set if nothing newer has been committed; otherwise returns the newer `committed`.
+    pub fn try_sync(&self, mut w: Watcher, delivered: i64) -> Result<(), i64> {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.committed > delivered {
+            return Err(inner.committed);
+        }
+        w.next_rev = delivered + 1;
+        let stream = w.stream;
+        inner.synced.push(w);
+        let committed = inner.committed;
+        if let Some(s) = inner.streams.get_mut(&stream) {
+            s.unsynced = s.unsynced.saturating_sub(1);
+            if s.unsynced == 0 && s.progress_pending {
+                s.progress_pending = false;
+                let _ = s.tx.try_send(StreamMsg::Progress {
+                    watch_id: -1,
+                    rev: committed,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A replaying watcher ended without syncing (cancelled or compacted).
+    pub fn drop_unsynced(&self, stream: u64) {
+        let mut inner = self.inner.lock().unwrap();
+        let committed = inner.committed;
+        if let Some(s) = inner.streams.get_mut(&stream) {
+            s.unsynced = s.unsynced.saturating_sub(1);
+            if s.unsynced == 0 && s.progress_pending {
+                s.progress_pending = false;
+                let _ = s.tx.try_send(StreamMsg::Progress {
+                    watch_id: -1,
+                    rev: committed,
+                });
+            }
+        }
+    }
+
+    /// Removes a synced watcher; false if it was not synced.
+    pub fn cancel(&self, stream: u64, watch_id: i64) -> bool {
+        let mut inner = self.inner.lock().unwrap();
+        let before = inner.synced.len();
+        inner
+            .synced
+            .retain(|w| !(w.stream == stream && w.watch_id == watch_id));
+        inner.synced.len() != before
+    }
+
+    /// A `progress_request` on a stream: answered once every watcher on it is synced, and
+    /// queued behind every event already published, so the revision it names is complete.
+    pub fn request_progress(&self, stream: u64) {
+        let mut inner = self.inner.lock().unwrap();
+        let committed = inner.committed;
+        if let Some(s) = inner.streams.get_mut(&stream) {
+            if s.unsynced == 0 {
+                let _ = s.tx.try_send(StreamMsg::Progress {
+                    watch_id: -1,
+                    rev: committed,
+                });
+            } else {
+                s.progress_pending = true;
+            }
+        }
+    }
+
+    /// Periodic progress notifications for watchers created with `progress_notify`.
+    /// Like etcd, a watcher that received events since the previous tick is skipped once.
+    pub fn progress_tick(&self) {
+        let mut inner = self.inner.lock().unwrap();
+        let Inner {
+            synced,
+            streams,
+            committed,
+            ..
+        } = &mut *inner;
+        for w in synced.iter_mut().filter(|w| w.progress_notify) {
+            if std::mem::take(&mut w.sent_since_tick) {
+                continue;
+            }
+            if let Some(s) = streams.get(&w.stream) {
+                let _ = s.tx.try_send(StreamMsg::Progress {
+                    watch_id: w.watch_id,
+                    rev: *committed,
+                });
+            }
+        }
+    }
+
+    /// Fans a committed batch out. Called by the writer, in revision order, after the fsync.
+    pub fn publish(&self, events: &[Arc<EventData>], committed: i64) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.committed = committed;
+        if events.is_empty() || inner.synced.is_empty() {
+            return;
+        }
+        let Inner {
+            synced, streams, ..
+        } = &mut *inner;
+        let mut dropped: Vec<(u64, i64, bool)> = Vec::new();
+        for w in synced.iter_mut() {
+            let matching: Vec<Arc<EventData>> =
+                events.iter().filter(|e| w.wants(e)).cloned().collect();
+            if matching.is_empty() {
+                continue;
+            }
+            let Some(s) = streams.get(&w.stream) else {
+                dropped.push((w.stream, w.watch_id, false));
+                continue;
+            };
+            let msg = StreamMsg::Events {
+                watch_id: w.watch_id,
+                rev: committed,
+                events: matching,
+                prev_kv: w.prev_kv,
+            };
+            match s.tx.try_send(msg) {
+                Ok(()) => w.sent_since_tick = true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    dropped.push((w.stream, w.watch_id, true))
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    dropped.push((w.stream, w.watch_id, false))
+                }
+            }
+        }
+        for (stream, watch_id, overflow) in dropped {
+            synced.retain(|w| !(w.stream == stream && w.watch_id == watch_id));
+            if overflow {
+                if let Some(s) = streams.get(&stream) {
+                    tracing::warn!(
+                        stream,
+                        watch_id,
+                        "slow watcher overflowed its buffer, cancelling it"
+                    );
+                    s.shared.overflowed.lock().unwrap().push(watch_id);
+                    s.shared.notify.notify_one();
+                }
+            }
+        }
+    }
+}

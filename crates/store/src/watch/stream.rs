@@ -1,0 +1,350 @@
+//! One `/v3/watch` HTTP stream: reads newline-delimited `WatchRequest`s from the request body
+//! while writing `{"result":…}` lines to the response, for any number of watches at once.
+//!
+//! Each watch starts *replaying* (`catch_up` reads history from disk, in order) unless it
+//! starts after the committed revision, then joins the hub's synced set and receives live
+//! events. The stream ends when the client goes away or the server shuts down.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+
+use bytes::Bytes;
+use rkube_daemon::ShutdownToken;
+use rkube_etcd_api::*;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::StoreError;
+use crate::keyrange::KeyRange;
+use crate::mvcc::Mvcc;
+use crate::reqstream::RequestReader;
+use crate::watch::event::events_line;
+use crate::watch::hub::{StreamMsg, Watcher};
+
+/// Records read from disk per replay step.
+const REPLAY_CHUNK: usize = 1000;
+
+pub const CANCEL_REASON_SLOW: &str =
+    "etcdserver: watcher buffer overflowed; re-watch from the last received revision";
+
+pub struct WatchConfig {
+    /// Messages a stream may have queued before its slowest watcher is cancelled.
+    pub buffer: usize,
+}
+
+/// Serves one watch stream. A malformed first message is refused with HTTP 500 and gRPC
+/// code 2 (as etcd's gateway does); later malformed input just ends the reading of requests.
+pub async fn handle(
+    mvcc: Arc<Mvcc>,
+    cfg: Arc<WatchConfig>,
+    shutdown: ShutdownToken,
+    body: Body,
+) -> Response {
+    let mut reader = RequestReader::new(body);
+    let first = match reader.next::<WatchRequest>().await {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => return StoreError::StreamDecode(e.to_string()).into_response(),
+        None => None,
+    };
+    let (out_tx, out_rx) = mpsc::channel::<Bytes>(16);
+    let (msg_tx, msg_rx) = mpsc::channel::<StreamMsg>(cfg.buffer);
+    tokio::spawn(run_stream(
+        mvcc, shutdown, reader, first, msg_tx, msg_rx, out_tx,
+    ));
+    crate::http::stream_response(out_rx)
+}
+
+struct StreamCtx {
+    mvcc: Arc<Mvcc>,
+    id: u64,
+    msg_tx: mpsc::Sender<StreamMsg>,
+    out: mpsc::Sender<Bytes>,
+    /// Active watch IDs, with the token that stops a replay in progress.
+    watches: HashMap<i64, CancellationToken>,
+    next_id: i64,
+}
+
+async fn run_stream(
+    mvcc: Arc<Mvcc>,
+    shutdown: ShutdownToken,
+    mut reader: RequestReader,
+    first: Option<WatchRequest>,
+    msg_tx: mpsc::Sender<StreamMsg>,
+    mut msg_rx: mpsc::Receiver<StreamMsg>,
+    out: mpsc::Sender<Bytes>,
+) {
+    let (id, shared) = mvcc.hub.register_stream(msg_tx.clone());
+    let mut ctx = StreamCtx {
+        mvcc: mvcc.clone(),
+        id,
+        msg_tx,
+        out,
+        watches: HashMap::new(),
+        next_id: 0,
+    };
+    let mut reading = first.is_some();
+    if let Some(req) = first {
+        if !ctx.handle_request(req).await {
+            return cleanup(&ctx);
+        }
+    }
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            req = reader.next::<WatchRequest>(), if reading => match req {
+                Some(Ok(r)) => if !ctx.handle_request(r).await { break },
+                // The end of the request body (or garbage in it) stops reading requests; the
+                // watches already created keep streaming.
+                Some(Err(_)) | None => reading = false,
+            },
+            msg = msg_rx.recv() => match msg {
+                Some(m) => if !ctx.write_msg(m).await { break },
+                None => break,
+            },
+            _ = shared.notify.notified() => {
+                // Watches the hub dropped for overflow: tell the client once their queued
+                // events have been written.
+                while let Ok(m) = msg_rx.try_recv() {
+                    if !ctx.write_msg(m).await { return cleanup(&ctx); }
+                }
+                let ids: Vec<i64> = std::mem::take(&mut *shared.overflowed.lock().unwrap());
+                for wid in ids {
+                    ctx.watches.remove(&wid);
+                    let resp = WatchResponse {
+                        header: Some(ctx.mvcc.header(ctx.mvcc.hub.committed())),
+                        watch_id: wid,
+                        canceled: true,
+                        cancel_reason: CANCEL_REASON_SLOW.into(),
+                        ..Default::default()
+                    };
+                    if !ctx.write_result(&resp).await { return cleanup(&ctx); }
+                }
+            }
+        }
+    }
+    cleanup(&ctx)
+}
+
+fn cleanup(ctx: &StreamCtx) {
+    for token in ctx.watches.values() {
+        token.cancel();
+    }
+    ctx.mvcc.hub.unregister_stream(ctx.id);
+}
+
+impl StreamCtx {
+    async fn write_line(&self, line: String) -> bool {
+        self.out.send(Bytes::from(line)).await.is_ok()
+    }
+
+    async fn write_result(&self, resp: &WatchResponse) -> bool {
+        let line = StreamLine {
+            result: Some(resp.clone()),
+            error: None,
+        };
+        let mut s = serde_json::to_string(&line).unwrap_or_default();
+        s.push('\n');
+        self.write_line(s).await
+    }
+
+    async fn write_msg(&mut self, m: StreamMsg) -> bool {
+        match m {
+            StreamMsg::Events {
+                watch_id,
+                rev,
+                events,
+                prev_kv,
+            } => {
+                if !self.watches.contains_key(&watch_id) {
+                    return true; // cancelled meanwhile
+                }
+                let header = self.mvcc.header(rev);
+                self.write_line(events_line(&header, watch_id, &events, prev_kv))
+                    .await
+            }
+            StreamMsg::Progress { watch_id, rev } => {
+                let resp = WatchResponse {
+                    header: Some(self.mvcc.header(rev)),
+                    watch_id,
+                    ..Default::default()
+                };
+                self.write_result(&resp).await
+            }
+            StreamMsg::Compacted {
+                watch_id,
+                compact_rev,
+            } => {
+                self.watches.remove(&watch_id);
+                let mut header = self.mvcc.header(0);
+                header.revision = 0;
+                let resp = WatchResponse {
+                    header: Some(header),
+                    watch_id,
+                    canceled: true,
+                    compact_revision: compact_rev,
+                    ..Default::default()
+                };
+                self.write_result(&resp).await
+            }
+        }
+    }
+
+    /// Returns false when the client is gone.
+    async fn handle_request(&mut self, req: WatchRequest) -> bool {
+        if let Some(c) = req.create_request {
+            return self.create(c).await;
+        }
+        if let Some(c) = req.cancel_request {
+            if let Some(token) = self.watches.remove(&c.watch_id) {
+                token.cancel();
+                self.mvcc.hub.cancel(self.id, c.watch_id);
+                let resp = WatchResponse {
+                    header: Some(self.mvcc.header(self.mvcc.hub.committed())),
+                    watch_id: c.watch_id,
+                    canceled: true,
+                    ..Default::default()
+                };
+                return self.write_result(&resp).await;
+            }
+            return true;
+        }
+        if req.progress_request.is_some() {
+            self.mvcc.hub.request_progress(self.id);
+        }
+        true
+    }
+
+    async fn create(&mut self, c: WatchCreateRequest) -> bool {
+        let committed = self.mvcc.hub.committed();
+        let id = if c.watch_id != 0 {
+            if self.watches.contains_key(&c.watch_id) {
+                let resp = WatchResponse {
+                    header: Some(self.mvcc.header(committed)),
+                    watch_id: -1,
+                    created: true,
+                    canceled: true,
+                    cancel_reason: "mvcc: duplicate watch ID provided on the WatchStream".into(),
+                    ..Default::default()
+                };
+                return self.write_result(&resp).await;
+            }
+            c.watch_id
+        } else {
+            while self.watches.contains_key(&self.next_id) {
+                self.next_id += 1;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            id
+        };
+        let key = if c.key.is_empty() {
+            vec![0]
+        } else {
+            c.key.clone()
+        };
+        let start = if c.start_revision == 0 {
+            committed + 1
+        } else {
+            c.start_revision
+        };
+        let watcher = Watcher {
+            stream: self.id,
+            watch_id: id,
+            range: KeyRange::new(&key, &c.range_end),
+            no_put: c.filters.contains(&FilterType::NoPut),
+            no_delete: c.filters.contains(&FilterType::NoDelete),
+            prev_kv: c.prev_kv,
+            progress_notify: c.progress_notify,
+            next_rev: start,
+            sent_since_tick: false,
+        };
+        let token = CancellationToken::new();
+        self.watches.insert(id, token.clone());
+        let created = WatchResponse {
+            header: Some(self.mvcc.header(committed)),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        };
+        if !self.write_result(&created).await {
+            return false;
+        }
+        if start > committed {
+            self.mvcc.hub.add_synced(watcher);
+        } else {
+            self.mvcc.hub.add_unsynced(self.id);
+            let mvcc = self.mvcc.clone();
+            let tx = self.msg_tx.clone();
+            let stream = watcher.stream;
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = token.cancelled() => mvcc.hub.drop_unsynced(stream),
+                    _ = catch_up(mvcc.clone(), tx, watcher) => {}
+                }
+            });
+        }
+        true
+    }
+}
+
+/// Replays history from `w.next_rev` until the watcher has seen everything committed, then
+/// hands it to the hub. A start below the compacted revision cancels the watch.
+async fn catch_up(mvcc: Arc<Mvcc>, tx: mpsc::Sender<StreamMsg>, w: Watcher) {
+    let mut next = w.next_rev;
+    loop {
+        let target = mvcc.hub.committed();
+        while next <= target {
+            let m = mvcc.clone();
+            let wf = w.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                m.read_events(next, target, REPLAY_CHUNK, |e| wf.wants(e), wf.prev_kv)
+            })
+            .await;
+            match read {
+                Ok(Ok((events, covered))) => {
+                    if !events.is_empty() {
+                        let msg = StreamMsg::Events {
+                            watch_id: w.watch_id,
+                            rev: target,
+                            events,
+                            prev_kv: w.prev_kv,
+                        };
+                        if tx.send(msg).await.is_err() {
+                            mvcc.hub.drop_unsynced(w.stream);
+                            return;
+                        }
+                    }
+                    next = covered + 1;
+                }
+                Ok(Err(StoreError::Compacted)) => {
+                    let compact_rev = mvcc.state.read().unwrap().compact_rev;
+                    let _ = tx
+                        .send(StreamMsg::Compacted {
+                            watch_id: w.watch_id,
+                            compact_rev,
+                        })
+                        .await;
+                    mvcc.hub.drop_unsynced(w.stream);
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, watch_id = w.watch_id, "watch replay failed");
+                    mvcc.hub.drop_unsynced(w.stream);
+                    return;
+                }
+                Err(_) => {
+                    mvcc.hub.drop_unsynced(w.stream);
+                    return;
+                }
+            }
+        }
+        let mut synced = w.clone();
+        synced.next_rev = next;
+        if mvcc.hub.try_sync(synced, next - 1).is_ok() {
+            return;
+        }
+    }
+}
