@@ -17,6 +17,11 @@ pub fn is_false(v: &bool) -> bool {
     !*v
 }
 
+/// bool fields: `null` reads as false, as in proto3 JSON.
+pub fn null_false<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(<Option<bool> as serde::Deserialize>::deserialize(d)?.unwrap_or(false))
+}
+
 /// Decodes standard padded base64 with Go's error wording (`illegal base64 data at input byte N`).
 pub fn decode_b64(s: &str) -> Result<Vec<u8>, String> {
     STANDARD.decode(s).map_err(|e| {
@@ -26,8 +31,11 @@ pub fn decode_b64(s: &str) -> Result<Vec<u8>, String> {
             base64::DecodeError::InvalidLastSymbol(p, _) => p,
             base64::DecodeError::InvalidPadding => s.find('=').unwrap_or(s.len()),
         };
-        // Go reports the offset of the first bad 4-byte quantum for length errors.
-        let pos = if matches!(e, base64::DecodeError::InvalidLength(_)) {
+        // Go reports the start of an incomplete final quantum (missing padding).
+        let incomplete = s.len() & 3 != 0 && !s.contains('=');
+        let pos = if matches!(e, base64::DecodeError::InvalidLength(_))
+            || matches!(e, base64::DecodeError::InvalidPadding) && incomplete
+        {
             s.len() / 4 * 4
         } else {
             pos
@@ -91,7 +99,8 @@ impl Visitor<'_> for IntVisitor {
         Ok(v as i128)
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<i128, E> {
-        Err(go_number_error(v))
+        // Go echoes the literal; `{:?}` keeps the ".0" of "1.0" that Display drops.
+        Err(go_number_error(format!("{v:?}")))
     }
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<i128, E> {
         Err(E::custom(
@@ -171,10 +180,11 @@ pub mod b64_vec {
     }
 }
 
-/// Declares a proto enum that serializes as its name and deserializes from its name or number.
+/// Declares a proto enum that serializes as its name and deserializes from its name or number;
+/// `$go` is the Go type name etcd's gateway uses in its "unknown value" error.
 #[macro_export]
 macro_rules! proto_enum {
-    ($(#[$m:meta])* $name:ident { $($variant:ident = $num:literal => $text:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident ($go:literal) { $($variant:ident = $num:literal => $text:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
         pub enum $name { #[default] $($variant),+ }
@@ -204,7 +214,7 @@ macro_rules! proto_enum {
                     }
                     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$name, E> {
                         match v { $($text => Ok($name::$variant),)+
-                            _ => Err(E::custom(format!("unknown value {:?} for enum etcdserverpb.{}", v, stringify!($name)))) }
+                            _ => Err(E::custom(format!("unknown value {:?} for enum {}", v, $go))) }
                     }
                     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$name, E> {
                         // Unknown numbers are accepted as the default, as protobuf does.

@@ -59,11 +59,11 @@ pub struct KeyValue {
 
 proto_enum!(
     /// RangeRequest.SortOrder
-    SortOrder { None = 0 => "NONE", Ascend = 1 => "ASCEND", Descend = 2 => "DESCEND" }
+    SortOrder ("etcdserverpb.RangeRequest_SortOrder") { None = 0 => "NONE", Ascend = 1 => "ASCEND", Descend = 2 => "DESCEND" }
 );
 proto_enum!(
     /// RangeRequest.SortTarget
-    SortTarget { Key = 0 => "KEY", Version = 1 => "VERSION", Create = 2 => "CREATE", Mod = 3 => "MOD", Value = 4 => "VALUE" }
+    SortTarget ("etcdserverpb.RangeRequest_SortTarget") { Key = 0 => "KEY", Version = 1 => "VERSION", Create = 2 => "CREATE", Mod = 3 => "MOD", Value = 4 => "VALUE" }
 );
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,11 +93,25 @@ pub struct RangeRequest {
         alias = "sortTarget"
     )]
     pub sort_target: SortTarget,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub serializable: bool,
-    #[serde(default, skip_serializing_if = "is_false", alias = "keysOnly")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "keysOnly"
+    )]
     pub keys_only: bool,
-    #[serde(default, skip_serializing_if = "is_false", alias = "countOnly")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "countOnly"
+    )]
     pub count_only: bool,
     #[serde(
         default,
@@ -139,7 +153,11 @@ pub struct RangeResponse {
         deserialize_with = "null_vec"
     )]
     pub kvs: Vec<KeyValue>,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub more: bool,
     #[serde(default, skip_serializing_if = "is_zero_i64", with = "codec::i64s")]
     pub count: i64,
@@ -153,11 +171,26 @@ pub struct PutRequest {
     pub value: Vec<u8>,
     #[serde(default, skip_serializing_if = "is_zero_i64", with = "codec::i64s")]
     pub lease: i64,
-    #[serde(default, skip_serializing_if = "is_false", alias = "prevKv")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "prevKv"
+    )]
     pub prev_kv: bool,
-    #[serde(default, skip_serializing_if = "is_false", alias = "ignoreValue")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "ignoreValue"
+    )]
     pub ignore_value: bool,
-    #[serde(default, skip_serializing_if = "is_false", alias = "ignoreLease")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "ignoreLease"
+    )]
     pub ignore_lease: bool,
 }
 
@@ -180,7 +213,12 @@ pub struct DeleteRangeRequest {
         alias = "rangeEnd"
     )]
     pub range_end: Vec<u8>,
-    #[serde(default, skip_serializing_if = "is_false", alias = "prevKv")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "prevKv"
+    )]
     pub prev_kv: bool,
 }
 
@@ -277,11 +315,11 @@ pub struct ResponseOp {
 
 proto_enum!(
     /// Compare.CompareResult
-    CompareResult { Equal = 0 => "EQUAL", Greater = 1 => "GREATER", Less = 2 => "LESS", NotEqual = 3 => "NOT_EQUAL" }
+    CompareResult ("etcdserverpb.Compare_CompareResult") { Equal = 0 => "EQUAL", Greater = 1 => "GREATER", Less = 2 => "LESS", NotEqual = 3 => "NOT_EQUAL" }
 );
 proto_enum!(
     /// Compare.CompareTarget
-    CompareTarget { Version = 0 => "VERSION", Create = 1 => "CREATE", Mod = 2 => "MOD", Value = 3 => "VALUE", Lease = 4 => "LEASE" }
+    CompareTarget ("etcdserverpb.Compare_CompareTarget") { Version = 0 => "VERSION", Create = 1 => "CREATE", Mod = 2 => "MOD", Value = 3 => "VALUE", Lease = 4 => "LEASE" }
 );
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -360,7 +398,11 @@ pub struct TxnRequest {
 pub struct TxnResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<ResponseHeader>,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub succeeded: bool,
     #[serde(
         default,
@@ -374,7 +416,11 @@ pub struct TxnResponse {
 pub struct CompactionRequest {
     #[serde(default, skip_serializing_if = "is_zero_i64", with = "codec::i64s")]
     pub revision: i64,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub physical: bool,
 }
 
@@ -476,7 +522,11 @@ pub struct LeaseTimeToLiveRequest {
         with = "codec::i64s"
     )]
     pub id: i64,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub keys: bool,
 }
 
@@ -583,15 +633,28 @@ pub struct StatusResponse {
     pub db_size_in_use: i64,
 }
 
+/// `/v3/maintenance/hash`; the hash is a uint32, so it is a JSON number.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashResponse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<ResponseHeader>,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub hash: u32,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
 // ---- watch --------------------------------------------------------------------------------
 
 proto_enum!(
     /// WatchCreateRequest.FilterType
-    FilterType { NoPut = 0 => "NOPUT", NoDelete = 1 => "NODELETE" }
+    FilterType ("etcdserverpb.WatchCreateRequest_FilterType") { NoPut = 0 => "NOPUT", NoDelete = 1 => "NODELETE" }
 );
 proto_enum!(
     /// mvccpb.Event.EventType
-    EventType { Put = 0 => "PUT", Delete = 1 => "DELETE" }
+    EventType ("mvccpb.Event_EventType") { Put = 0 => "PUT", Delete = 1 => "DELETE" }
 );
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -612,7 +675,12 @@ pub struct WatchCreateRequest {
         alias = "startRevision"
     )]
     pub start_revision: i64,
-    #[serde(default, skip_serializing_if = "is_false", alias = "progressNotify")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "progressNotify"
+    )]
     pub progress_notify: bool,
     #[serde(
         default,
@@ -620,7 +688,12 @@ pub struct WatchCreateRequest {
         deserialize_with = "null_vec"
     )]
     pub filters: Vec<FilterType>,
-    #[serde(default, skip_serializing_if = "is_false", alias = "prevKv")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false",
+        alias = "prevKv"
+    )]
     pub prev_kv: bool,
     #[serde(
         default,
@@ -629,7 +702,11 @@ pub struct WatchCreateRequest {
         alias = "watchId"
     )]
     pub watch_id: i64,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub fragment: bool,
 }
 
@@ -716,9 +793,17 @@ pub struct WatchResponse {
         alias = "watchId"
     )]
     pub watch_id: i64,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub created: bool,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub canceled: bool,
     #[serde(
         default,
@@ -733,7 +818,11 @@ pub struct WatchResponse {
         alias = "cancelReason"
     )]
     pub cancel_reason: String,
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "codec::null_false"
+    )]
     pub fragment: bool,
     #[serde(
         default,

@@ -22,9 +22,9 @@ use crate::apply::{WriteOp, WriteResult};
 use crate::error::*;
 use crate::mvcc::Mvcc;
 use crate::reqstream::RequestReader;
-use crate::validate;
 use crate::watch::stream::WatchConfig;
 use crate::writer::Writer;
+use crate::{protosize, validate};
 
 /// The etcd version this API level corresponds to (what `/version` and status report).
 pub const ETCD_VERSION: &str = "3.4.23";
@@ -79,6 +79,8 @@ const API_PATHS: &[&str] = &[
     "lease/leases",
     "kv/lease/leases",
     "maintenance/status",
+    "maintenance/alarm",
+    "maintenance/hash",
 ];
 
 /// Routes requests the way etcd's HTTP mux does, including its 404 and 405 bodies.
@@ -172,12 +174,17 @@ async fn read_body(body: Body, max_request_bytes: usize) -> Result<Bytes, StoreE
         .map_err(|_| StoreError::MessageTooLarge(hard, max_request_bytes + GRPC_OVERHEAD))
 }
 
-/// Checks a request's protobuf size against the gRPC receive limit and `--max-request-bytes`.
-fn check_size(size: usize, max: usize) -> Result<(), StoreError> {
+/// gRPC's receive limit on a request's protobuf size (`--max-request-bytes` + 512 KiB).
+fn check_grpc_size(size: usize, max: usize) -> Result<(), StoreError> {
     if size > max + GRPC_OVERHEAD {
         return Err(StoreError::MessageTooLarge(size, max + GRPC_OVERHEAD));
     }
-    if size > max {
+    Ok(())
+}
+
+/// etcd's limit on the raft proposal carrying a write (`--max-request-bytes`).
+fn check_raft_size(field: u32, size: usize, max: usize) -> Result<(), StoreError> {
+    if protosize::raft(field, size) > max {
         return Err(StoreError::invalid(ERR_REQUEST_TOO_LARGE));
     }
     Ok(())
@@ -195,17 +202,8 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
     if slice.starts_with(b"null") {
         return empty();
     }
-    let kind = match slice[0] {
-        b'[' => Some("array"),
-        b'"' => Some("string"),
-        b't' | b'f' => Some("bool"),
-        b'-' | b'0'..=b'9' => Some("number"),
-        _ => None,
-    };
-    if let Some(kind) = kind {
-        return Err(StoreError::invalid(format!(
-            "json: cannot unmarshal {kind} into Go value of type map[string]json.RawMessage"
-        )));
+    if let Some(msg) = non_object(slice) {
+        return Err(StoreError::invalid(msg));
     }
     let mut it = serde_json::Deserializer::from_slice(slice).into_iter::<T>();
     match it.next() {
@@ -213,6 +211,21 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
         Some(Err(e)) => Err(json_error(&e, slice)),
         None => empty(),
     }
+}
+
+/// Go's error for a request that is a JSON value but not an object (etcd's gateway decodes
+/// into `map[string]json.RawMessage` first). `slice` starts at the value.
+pub fn non_object(slice: &[u8]) -> Option<String> {
+    let kind = match slice.first()? {
+        b'[' => "array",
+        b'"' => "string",
+        b't' | b'f' => "bool",
+        b'-' | b'0'..=b'9' => "number",
+        _ => return None,
+    };
+    Some(format!(
+        "json: cannot unmarshal {kind} into Go value of type map[string]json.RawMessage"
+    ))
 }
 
 /// Turns a serde error into etcd's InvalidArgument, in Go's `encoding/json` wording.
@@ -292,7 +305,7 @@ async fn write(app: &App, op: WriteOp) -> Result<WriteResult, StoreError> {
     app.writer.submit(op).await
 }
 
-fn with_header<T>(app: &App, h: &mut Option<ResponseHeader>) {
+fn with_header(app: &App, h: &mut Option<ResponseHeader>) {
     let rev = h.as_ref().map(|h| h.revision).unwrap_or(0);
     *h = Some(app.mvcc.header(rev));
 }
@@ -303,6 +316,7 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
     match method {
         "kv/range" => {
             let req: RangeRequest = parse(&bytes)?;
+            check_grpc_size(protosize::range(&req), max)?;
             validate::check_range(&req)?;
             let mvcc = app.mvcc.clone();
             let resp =
@@ -317,33 +331,42 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
         }
         "kv/put" => {
             let req: PutRequest = parse(&bytes)?;
+            let size = protosize::put(&req);
+            check_grpc_size(size, max)?;
             validate::check_put(&req)?;
-            check_size(validate::put_size(&req), max)?;
+            check_raft_size(protosize::RAFT_PUT, size, max)?;
             let WriteResult::Put(mut resp) = write(app, WriteOp::Put(req)).await? else {
                 unreachable!()
             };
-            with_header::<()>(app, &mut resp.header);
+            with_header(app, &mut resp.header);
             Ok(json_response(&resp))
         }
         "kv/deleterange" => {
             let req: DeleteRangeRequest = parse(&bytes)?;
+            let size = protosize::delete_range(&req);
+            check_grpc_size(size, max)?;
             validate::check_delete(&req)?;
+            check_raft_size(protosize::RAFT_DELETE_RANGE, size, max)?;
             let WriteResult::DeleteRange(mut resp) = write(app, WriteOp::DeleteRange(req)).await?
             else {
                 unreachable!()
             };
-            with_header::<()>(app, &mut resp.header);
+            with_header(app, &mut resp.header);
             Ok(json_response(&resp))
         }
         "kv/txn" => {
             let req: TxnRequest = parse(&bytes)?;
+            let size = protosize::txn(&req);
+            check_grpc_size(size, max)?;
             validate::check_txn(&req, app.max_txn_ops)?;
-            check_size(validate::txn_size(&req), max)?;
+            if !validate::txn_is_read_only(&req) {
+                check_raft_size(protosize::RAFT_TXN, size, max)?;
+            }
             app.mvcc.metrics.observe_txn_shape(txn_shape(&req));
             let WriteResult::Txn(mut resp) = write(app, WriteOp::Txn(req)).await? else {
                 unreachable!()
             };
-            with_header::<()>(app, &mut resp.header);
+            with_header(app, &mut resp.header);
             Ok(json_response(&resp))
         }
         "kv/compaction" => {
@@ -352,7 +375,7 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
             else {
                 unreachable!()
             };
-            with_header::<()>(app, &mut resp.header);
+            with_header(app, &mut resp.header);
             Ok(json_response(&resp))
         }
         "lease/grant" => {
@@ -361,7 +384,7 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
             else {
                 unreachable!()
             };
-            with_header::<()>(app, &mut resp.header);
+            with_header(app, &mut resp.header);
             Ok(json_response(&resp))
         }
         "lease/revoke" | "kv/lease/revoke" => {
@@ -371,7 +394,7 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
             else {
                 unreachable!()
             };
-            with_header::<()>(app, &mut resp.header);
+            with_header(app, &mut resp.header);
             Ok(json_response(&resp))
         }
         "lease/timetolive" | "kv/lease/timetolive" => {
@@ -422,6 +445,26 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
                 raft_term: crate::mvcc::RAFT_TERM,
                 raft_applied_index: rev as u64,
                 db_size_in_use: size,
+            };
+            Ok(json_response(&resp))
+        }
+        // No alarms are ever raised; etcd answers an empty alarm list with a bare `{}`.
+        "maintenance/alarm" => {
+            let _: serde_json::Value = parse(&bytes)?;
+            Ok(json_response(&serde_json::json!({})))
+        }
+        "maintenance/hash" => {
+            let _: serde_json::Value = parse(&bytes)?;
+            let (rev, compact) = {
+                let st = app.mvcc.state.read().unwrap();
+                (st.current_rev, st.compact_rev)
+            };
+            // A digest of the revision state (etcd hashes its whole backend); it is only
+            // compared between members, and we have one.
+            let hash = (rev as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ compact as u64;
+            let resp = HashResponse {
+                header: Some(app.mvcc.header(rev)),
+                hash: (hash >> 32) as u32 | 1,
             };
             Ok(json_response(&resp))
         }

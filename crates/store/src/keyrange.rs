@@ -1,6 +1,9 @@
 //! etcd's key-range convention: an empty `range_end` means one key, `range_end == "\0"` means
 //! every key `>= key`, otherwise the half-open interval `[key, range_end)`.
 
+/// Lower and upper bound of a BTreeMap range scan.
+pub type Bounds<'a> = (std::ops::Bound<&'a [u8]>, std::ops::Bound<&'a [u8]>);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRange {
     pub key: Vec<u8>,
@@ -34,7 +37,7 @@ impl KeyRange {
     }
 
     /// Bounds for a BTreeMap range scan; `None` when the interval is empty.
-    pub fn bounds(&self) -> Option<(std::ops::Bound<&[u8]>, std::ops::Bound<&[u8]>)> {
+    pub fn bounds(&self) -> Option<Bounds<'_>> {
         use std::ops::Bound::*;
         match &self.end {
             None => Some((Included(self.key.as_slice()), Included(self.key.as_slice()))),
@@ -86,7 +89,7 @@ mod tests {
         let from = KeyRange::new(b"b", b"\0");
         assert!(from.contains(b"zzz") && !from.contains(b"a"));
         assert!(KeyRange::new(b"b", b"a").bounds().is_none());
-        assert!(single.overlaps(&prefix) == false);
+        assert!(!single.overlaps(&prefix));
         assert!(KeyRange::new(b"a/x", b"").overlaps(&prefix));
         assert!(from.overlaps(&KeyRange::new(b"c", b"")));
     }

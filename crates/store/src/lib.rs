@@ -14,6 +14,7 @@ pub mod keyrange;
 pub mod lease;
 pub mod metrics;
 pub mod mvcc;
+pub mod protosize;
 pub mod record;
 pub mod reqstream;
 pub mod validate;

@@ -30,6 +30,11 @@ impl RequestReader {
             let start = self.buf.iter().position(|b| !b.is_ascii_whitespace());
             if let Some(start) = start {
                 let slice = &self.buf[start..];
+                if let Some(msg) = crate::http::non_object(slice) {
+                    self.buf.clear();
+                    self.eof = true;
+                    return Some(Err(StoreError::invalid(msg)));
+                }
                 let mut it = serde_json::Deserializer::from_slice(slice).into_iter::<T>();
                 match it.next() {
                     Some(Ok(v)) => {

@@ -113,34 +113,12 @@ fn check_intervals(ops: &[RequestOp]) -> Result<(Vec<Vec<u8>>, Vec<KeyRange>), S
     Ok((puts, dels))
 }
 
-/// Approximate protobuf size of a request, which is what etcd compares to `--max-request-bytes`.
-pub fn put_size(r: &PutRequest) -> usize {
-    r.key.len() + r.value.len() + 24
-}
-
-pub fn txn_size(r: &TxnRequest) -> usize {
-    let op_size = |op: &RequestOp| -> usize {
-        if let Some(p) = &op.request_put {
-            put_size(p)
-        } else if let Some(r) = &op.request_range {
-            r.key.len() + r.range_end.len() + 24
-        } else if let Some(d) = &op.request_delete_range {
-            d.key.len() + d.range_end.len() + 8
-        } else if let Some(t) = &op.request_txn {
-            txn_size(t)
-        } else {
-            2
-        }
-    };
-    r.compare
-        .iter()
-        .map(|c| c.key.len() + c.range_end.len() + c.value.len() + 16)
-        .sum::<usize>()
-        + r.success
-            .iter()
-            .chain(&r.failure)
-            .map(op_size)
-            .sum::<usize>()
+/// Whether a txn only reads (etcd serves those without a raft proposal, so without the
+/// `--max-request-bytes` check).
+pub fn txn_is_read_only(t: &TxnRequest) -> bool {
+    t.success.iter().chain(&t.failure).all(|op| {
+        op.request_range.is_some() || op.request_txn.as_ref().is_some_and(txn_is_read_only)
+    })
 }
 
 #[cfg(test)]

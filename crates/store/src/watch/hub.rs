@@ -123,18 +123,20 @@ impl Hub {
         inner.synced.retain(|w| w.stream != stream);
     }
 
-    /// Adds a watcher that needs no replay: it starts after `committed` (or later, if asked).
-    pub fn add_synced(&self, mut w: Watcher) {
+    /// Adds a watcher. It joins the synced set at once if it starts after everything already
+    /// published; otherwise it is counted as replaying and `false` is returned, and the caller
+    /// must replay history for it (`stream::catch_up`) and then call `try_sync`. Deciding under
+    /// the hub lock means no commit can slip between the check and the registration.
+    pub fn add_watcher(&self, w: Watcher) -> bool {
         let mut inner = self.inner.lock().unwrap();
-        w.next_rev = w.next_rev.max(inner.committed + 1);
-        inner.synced.push(w);
-    }
-
-    /// Counts a watcher that is replaying history, so progress requests wait for it.
-    pub fn add_unsynced(&self, stream: u64) {
-        if let Some(s) = self.inner.lock().unwrap().streams.get_mut(&stream) {
+        if w.next_rev > inner.committed {
+            inner.synced.push(w);
+            return true;
+        }
+        if let Some(s) = inner.streams.get_mut(&w.stream) {
             s.unsynced += 1;
         }
+        false
     }
 
     /// A replaying watcher that has delivered everything up to `delivered` joins the synced

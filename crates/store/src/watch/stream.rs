@@ -272,10 +272,7 @@ impl StreamCtx {
         if !self.write_result(&created).await {
             return false;
         }
-        if start > committed {
-            self.mvcc.hub.add_synced(watcher);
-        } else {
-            self.mvcc.hub.add_unsynced(self.id);
+        if !self.mvcc.hub.add_watcher(watcher.clone()) {
             let mvcc = self.mvcc.clone();
             let tx = self.msg_tx.clone();
             let stream = watcher.stream;

@@ -1,0 +1,283 @@
+//! Shared pieces of rkube's benchmark programs: starting servers as processes, timed load
+//! loops with latency percentiles, process RSS, machine facts, and writing result sections
+//! into `docs/benchmarks.md`.
+
+use std::future::Future;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+/// Throughput and latency of one timed load.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub ops: u64,
+    pub errors: u64,
+    pub secs: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+impl Stats {
+    pub fn rate(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.ops as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Runs `op(client_index, iteration)` from `clients` concurrent tasks for `dur`.
+pub async fn run_load<F, Fut>(clients: usize, dur: Duration, op: F) -> Stats
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let start = Instant::now();
+    let deadline = start + dur;
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                match op(c, i).await {
+                    Ok(()) => lat.push(t.elapsed().as_micros() as u64),
+                    Err(_) => errors += 1,
+                }
+                i += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.unwrap_or_default();
+        all.extend(lat);
+        errors += e;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    all.sort_unstable();
+    Stats {
+        ops: all.len() as u64,
+        errors,
+        secs,
+        p50_us: percentile(&all, 0.5),
+        p99_us: percentile(&all, 0.99),
+    }
+}
+
+/// A server started for a benchmark; killed when dropped.
+pub struct Server {
+    pub name: &'static str,
+    pub url: String,
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+    pub fn rss_bytes(&self) -> u64 {
+        rss_of(self.pid())
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub async fn wait_healthy(url: &str, dur: Duration) -> anyhow::Result<()> {
+    let client = rkube_etcd_api::EtcdClient::new(&[url.to_string()])?;
+    let deadline = Instant::now() + dur;
+    loop {
+        if client.status().await.is_ok() {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{url} did not become healthy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn start_rkube_store(bin: &Path) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let child = Command::new(bin)
+        .args([
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--listen-client-urls",
+            &url,
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_healthy(&url, Duration::from_secs(30)).await?;
+    Ok(Server {
+        name: "rkube-store",
+        url,
+        child,
+        dir,
+    })
+}
+
+pub async fn start_etcd(bin: &str) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port();
+    let peer = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new(bin)
+        .args(["--data-dir", dir.path().to_str().unwrap()])
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("default={peer_url}"),
+            "--name",
+            "default",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_healthy(&url, Duration::from_secs(30)).await?;
+    Ok(Server {
+        name: "etcd 3.4",
+        url,
+        child,
+        dir,
+    })
+}
+
+pub fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|kb| kb.parse::<u64>().ok())
+            })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// fdatasync latency of 4 KiB writes in `dir`: (p50, p99) in microseconds.
+pub fn fsync_latency(dir: &Path, samples: usize) -> (u64, u64) {
+    use std::io::Write;
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::File::create(&path).expect("create fsync probe");
+    let buf = vec![7u8; 4096];
+    let mut lat = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        f.write_all(&buf).unwrap();
+        f.sync_data().unwrap();
+        lat.push(t.elapsed().as_micros() as u64);
+    }
+    let _ = std::fs::remove_file(&path);
+    lat.sort_unstable();
+    (percentile(&lat, 0.5), percentile(&lat, 0.99))
+}
+
+/// One line describing the machine: CPU model, cores, memory, kernel.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().next().and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|k| k.parse::<u64>().ok())
+            })
+        })
+        .map(|kb| format!("{:.0} GiB", kb as f64 / 1048576.0))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpu}, {cores} cores, {mem} RAM, Linux {}", kernel.trim())
+}
+
+pub fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn utc_now() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Replaces (or appends) the section between `<!-- {tag}:start -->` and `<!-- {tag}:end -->`.
+pub fn write_section(path: &Path, tag: &str, body: &str) -> anyhow::Result<()> {
+    let start = format!("<!-- {tag}:start -->");
+    let end = format!("<!-- {tag}:end -->");
+    let existing = std::fs::read_to_string(path).unwrap_or_else(|_| {
+        "# rkube benchmarks\n\nFigures written by the benchmark programs (`scripts/bench-*.sh`), with the machine they ran on. \
+         Machines are shared and noisy: compare the ratios measured side by side in one run.\n"
+            .to_string()
+    });
+    let section = format!("{start}\n{body}\n{end}");
+    let out = match (existing.find(&start), existing.find(&end)) {
+        (Some(a), Some(b)) if b > a => format!(
+            "{}{}{}",
+            &existing[..a],
+            section,
+            &existing[b + end.len()..]
+        ),
+        _ => format!("{}\n{}\n", existing.trim_end(), section),
+    };
+    std::fs::write(path, out)?;
+    Ok(())
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every rkube test: unit tests, the store's conformance suite against rkube-store AND a
+# real etcd 3.4, and the crash test. Installs what the tests need first (etcd-server from
+# Debian, cargo-nextest if absent). Extra arguments go to `cargo nextest run`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "==> installing etcd-server from Debian (the conformance oracle)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq etcd-server >/dev/null
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "==> installing cargo-nextest"
+  cargo install cargo-nextest --locked
+fi
+
+echo "==> cargo nextest run --workspace"
+cargo nextest run --workspace --no-fail-fast "$@"
