@@ -63,7 +63,7 @@ pub async fn serve(
     ready: Ready,
     shutdown: ShutdownToken,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(registry, ready))
+    axum::serve(crate::nodelay(listener), router(registry, ready))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     Ok(())

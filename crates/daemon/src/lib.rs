@@ -20,3 +20,17 @@ pub fn init_tracing() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+/// A listener whose accepted connections have `TCP_NODELAY` set: watch streams and small
+/// replies must not wait for Nagle's algorithm (tens of milliseconds with delayed ACKs).
+pub fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> axum::serve::TapIo<
+    tokio::net::TcpListener,
+    impl FnMut(&mut tokio::net::TcpStream) + Send + 'static,
+> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    })
+}

@@ -113,7 +113,7 @@ pub async fn run(
         shutdown: shutdown.clone(),
     };
     tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), "rkube-store serving");
-    axum::serve(listener, http::router(app))
+    axum::serve(rkube_daemon::nodelay(listener), http::router(app))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     tracing::info!("rkube-store stopped");

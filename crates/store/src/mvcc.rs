@@ -75,7 +75,15 @@ impl Mvcc {
         Ok(Arc::new(Mvcc {
             backend,
             data_dir,
-            hub: Hub::new(rec.current_rev),
+            hub: Hub::new(
+                rec.current_rev,
+                ResponseHeader {
+                    cluster_id: rec.cluster_id,
+                    member_id: rec.member_id,
+                    revision: 0,
+                    raft_term: RAFT_TERM,
+                },
+            ),
             state: RwLock::new(State {
                 index: rec.index,
                 current_rev: rec.current_rev,

@@ -27,6 +27,12 @@ struct Flags {
     /// Keys for the RSS measurement (1 KiB each).
     #[arg(long, default_value_t = 100_000)]
     rss_keys: usize,
+    /// Run only the watch-delivery measurement against rkube-store, print it, write nothing.
+    #[arg(long)]
+    watch_only: bool,
+    /// Watchers for the watch-delivery measurement.
+    #[arg(long, default_value_t = 100)]
+    watchers: usize,
     /// Where to write the results section.
     #[arg(long, default_value = "docs/benchmarks.md")]
     out: PathBuf,
@@ -51,6 +57,7 @@ mod humanish {
 }
 
 const VALUE_256: [u8; 256] = [b'v'; 256];
+const WATCHERS: usize = 100;
 
 #[derive(Default, Clone)]
 struct Results {
@@ -64,6 +71,7 @@ struct Results {
 
 #[derive(Default, Clone, Debug)]
 struct WatchStats {
+    rate: f64,
     watchers: usize,
     writes: usize,
     delivered: usize,
@@ -78,7 +86,7 @@ fn client(url: &str) -> EtcdClient {
     EtcdClient::new(&[url.to_string()]).expect("client")
 }
 
-async fn bench_server(server: &Server, dur: Duration, rss_keys: usize) -> anyhow::Result<Results> {
+async fn bench_server(server: &Server, dur: Duration) -> anyhow::Result<Results> {
     let mut res = Results::default();
     let url = server.url.clone();
     for clients in [1usize, 64] {
@@ -237,22 +245,27 @@ async fn bench_server(server: &Server, dur: Duration, rss_keys: usize) -> anyhow
             .push(("prefix range, 10k keys x 256 B".into(), clients, st));
     }
 
-    res.watch = Some(bench_watch(&url, 100, 1000, dur.max(Duration::from_secs(3))).await?);
+    res.watch = Some(bench_watch(&url, WATCHERS, 1000, dur.max(Duration::from_secs(3))).await?);
 
-    // RSS with many 1 KiB keys.
+    Ok(res)
+}
+
+/// RSS of a fresh server holding exactly `keys` keys of 1 KiB.
+async fn bench_rss(server: &Server, keys: usize, res: &mut Results) -> anyhow::Result<()> {
+    let url = server.url.clone();
     let t = Instant::now();
-    load_keys(&url, "bench/rss/", rss_keys, 1024).await?;
-    res.load_rate = rss_keys as f64 / t.elapsed().as_secs_f64();
+    load_keys(&url, "bench/rss/", keys, 1024).await?;
+    res.load_rate = keys as f64 / t.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await; // let the process settle before reading RSS
     res.rss_bytes = server.rss_bytes();
     res.db_bytes = client(&url).status().await?.db_size as u64;
     println!(
-        "  [{}] RSS with {rss_keys} x 1 KiB: {} MiB (db {} MiB)",
+        "  [{}] RSS with {keys} x 1 KiB: {} MiB (db {} MiB)",
         server.name,
         res.rss_bytes >> 20,
         res.db_bytes >> 20
     );
-    Ok(res)
+    Ok(())
 }
 
 async fn load_keys(url: &str, prefix: &str, n: usize, size: usize) -> anyhow::Result<()> {
@@ -326,9 +339,12 @@ async fn bench_watch(
             recv.lock().unwrap().extend(local);
         }));
     }
+    // Writes are issued at a fixed rate, each on its own task, so a slow reply does not lower
+    // the offered load.
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let start = Instant::now();
-    let mut sent: HashMap<i64, (Instant, Instant)> = HashMap::new();
+    let sent: Arc<Mutex<HashMap<i64, (Instant, Instant)>>> = Arc::default();
+    let mut writes = Vec::new();
     let mut i = 0u64;
     let mut next = start;
     while start.elapsed() < dur {
@@ -337,19 +353,30 @@ async fn bench_watch(
         if next > now {
             tokio::time::sleep(next - now).await;
         }
-        let t0 = Instant::now();
+        let (c, sent) = (c.clone(), sent.clone());
         let key = [prefix.as_slice(), format!("{i}").as_bytes()].concat();
-        let r = c
-            .put(&PutRequest {
-                key,
-                value: VALUE_256.to_vec(),
-                ..Default::default()
-            })
-            .await?;
-        let acked = Instant::now();
-        sent.insert(r.header.map(|h| h.revision).unwrap_or(0), (t0, acked));
+        writes.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            let r = c
+                .put(&PutRequest {
+                    key,
+                    value: VALUE_256.to_vec(),
+                    ..Default::default()
+                })
+                .await?;
+            let acked = Instant::now();
+            sent.lock()
+                .unwrap()
+                .insert(r.header.map(|h| h.revision).unwrap_or(0), (t0, acked));
+            Ok::<(), anyhow::Error>(())
+        }));
         i += 1;
     }
+    for w in writes {
+        w.await??;
+    }
+    let sent = std::mem::take(&mut *sent.lock().unwrap());
+    let offered_rate = sent.len() as f64 / start.elapsed().as_secs_f64();
     c.put(&PutRequest {
         key: [prefix.as_slice(), b"stop"].concat(),
         value: b"stop".to_vec(),
@@ -371,6 +398,7 @@ async fn bench_watch(
     commit.sort_unstable();
     write.sort_unstable();
     let ws = WatchStats {
+        rate: offered_rate,
         watchers,
         writes: sent.len(),
         delivered: commit.len(),
@@ -436,8 +464,8 @@ fn render(
     s.push('\n');
     if let Some(w) = &ours.watch {
         s.push_str(&format!(
-            "Watch delivery, {} watchers on one prefix, one writer at ~1,000 puts/s ({} writes):\n\n",
-            w.watchers, w.writes
+            "Watch delivery, {} watchers on one prefix, puts issued at a fixed rate (achieved {:.0}/s, {} writes):\n\n",
+            w.watchers, w.rate, w.writes
         ));
         s.push_str("| server | events delivered / expected | commit→delivery p50 / p99 | put sent→delivery p50 / p99 |\n|---|---|---|---|\n");
         let row = |name: &str, w: &WatchStats| {
@@ -458,9 +486,12 @@ fn render(
         s.push_str("\n(commit→delivery counts from the moment the writer received its put acknowledgement.)\n\n");
     }
     s.push_str(&format!(
-        "Memory after loading {rss_keys} keys of 1 KiB (plus the keys of the loads above):\n\n"
+        "Memory: a fresh server after loading exactly {rss_keys} keys of 1 KiB with 64 clients; \
+         the third column is the load server after its 10k-key range setup:\n\n"
     ));
-    s.push_str("| server | RSS | RSS after 10k-key load | db file | load rate (64 clients, 1 KiB puts) |\n|---|---:|---:|---:|---:|\n");
+    s.push_str(&format!(
+        "| server | RSS with {rss_keys} keys | RSS (load server) | db file | load rate (64 clients, 1 KiB puts) |\n|---|---:|---:|---:|---:|\n"
+    ));
     s.push_str(&format!(
         "| rkube-store | {} MiB | {} MiB | {} MiB | {:.0}/s |\n",
         ours.rss_bytes >> 20,
@@ -484,10 +515,19 @@ fn render(
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     let dur = flags.duration.0;
+    if flags.watch_only {
+        let server = start_rkube_store(&flags.store_bin).await?;
+        bench_watch(&server.url, flags.watchers, 1000, dur).await?;
+        return Ok(());
+    }
     let ours = {
         println!("== rkube-store ({})", flags.store_bin.display());
         let server = start_rkube_store(&flags.store_bin).await?;
-        bench_server(&server, dur, flags.rss_keys).await?
+        let mut res = bench_server(&server, dur).await?;
+        drop(server);
+        let fresh = start_rkube_store(&flags.store_bin).await?;
+        bench_rss(&fresh, flags.rss_keys, &mut res).await?;
+        res
     };
     let fsync = fsync_latency(std::env::temp_dir().as_path(), 500);
     let etcd = if flags.etcd_bin.is_empty() {
@@ -495,7 +535,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         println!("== etcd ({})", flags.etcd_bin);
         let server = start_etcd(&flags.etcd_bin).await?;
-        Some(bench_server(&server, dur, flags.rss_keys).await?)
+        let mut res = bench_server(&server, dur).await?;
+        drop(server);
+        let fresh = start_etcd(&flags.etcd_bin).await?;
+        bench_rss(&fresh, flags.rss_keys, &mut res).await?;
+        Some(res)
     };
     let table = render(&ours, etcd.as_ref(), fsync, dur, flags.rss_keys);
     println!("\n{table}");

@@ -9,20 +9,19 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+use rkube_etcd_api::ResponseHeader;
 use tokio::sync::{mpsc, Notify};
 
 use crate::keyrange::KeyRange;
-use crate::watch::event::EventData;
+use crate::watch::event::{events_line, EventData};
 use rkube_etcd_api::EventType;
 
 /// What a stream task receives from the hub and from its catch-up tasks.
 pub enum StreamMsg {
-    Events {
-        watch_id: i64,
-        rev: i64,
-        events: Vec<Arc<EventData>>,
-        prev_kv: bool,
-    },
+    /// A ready-to-send `{"result":…}` line of events; watchers that get the same events
+    /// share one serialized line.
+    Events { watch_id: i64, line: Bytes },
     /// A progress notification: every event up to `rev` has been delivered.
     Progress { watch_id: i64, rev: i64 },
     /// The watch ended because its start revision was compacted.
@@ -79,15 +78,18 @@ struct Inner {
 #[derive(Default)]
 pub struct Hub {
     inner: Mutex<Inner>,
+    /// cluster_id/member_id/raft_term for the response headers it serializes.
+    ids: ResponseHeader,
 }
 
 impl Hub {
-    pub fn new(committed: i64) -> Self {
+    pub fn new(committed: i64, ids: ResponseHeader) -> Self {
         Hub {
             inner: Mutex::new(Inner {
                 committed,
                 ..Default::default()
             }),
+            ids,
         }
     }
 
@@ -239,10 +241,16 @@ impl Hub {
         let Inner {
             synced, streams, ..
         } = &mut *inner;
+        let header = ResponseHeader {
+            revision: committed,
+            ..self.ids.clone()
+        };
+        let mut lines: HashMap<(i64, bool, Vec<u32>), Bytes> = HashMap::new();
         let mut dropped: Vec<(u64, i64, bool)> = Vec::new();
         for w in synced.iter_mut() {
-            let matching: Vec<Arc<EventData>> =
-                events.iter().filter(|e| w.wants(e)).cloned().collect();
+            let matching: Vec<u32> = (0..events.len() as u32)
+                .filter(|i| w.wants(&events[*i as usize]))
+                .collect();
             if matching.is_empty() {
                 continue;
             }
@@ -250,11 +258,17 @@ impl Hub {
                 dropped.push((w.stream, w.watch_id, false));
                 continue;
             };
+            let line = lines
+                .entry((w.watch_id, w.prev_kv, matching))
+                .or_insert_with_key(|(watch_id, prev_kv, idx)| {
+                    let evs: Vec<Arc<EventData>> =
+                        idx.iter().map(|i| events[*i as usize].clone()).collect();
+                    Bytes::from(events_line(&header, *watch_id, &evs, *prev_kv))
+                })
+                .clone();
             let msg = StreamMsg::Events {
                 watch_id: w.watch_id,
-                rev: committed,
-                events: matching,
-                prev_kv: w.prev_kv,
+                line,
             };
             match s.tx.try_send(msg) {
                 Ok(()) => w.sent_since_tick = true,

@@ -152,18 +152,11 @@ impl StreamCtx {
 
     async fn write_msg(&mut self, m: StreamMsg) -> bool {
         match m {
-            StreamMsg::Events {
-                watch_id,
-                rev,
-                events,
-                prev_kv,
-            } => {
+            StreamMsg::Events { watch_id, line } => {
                 if !self.watches.contains_key(&watch_id) {
                     return true; // cancelled meanwhile
                 }
-                let header = self.mvcc.header(rev);
-                self.write_line(events_line(&header, watch_id, &events, prev_kv))
-                    .await
+                self.out.send(line).await.is_ok()
             }
             StreamMsg::Progress { watch_id, rev } => {
                 let resp = WatchResponse {
@@ -303,11 +296,11 @@ async fn catch_up(mvcc: Arc<Mvcc>, tx: mpsc::Sender<StreamMsg>, w: Watcher) {
             match read {
                 Ok(Ok((events, covered))) => {
                     if !events.is_empty() {
+                        let line =
+                            events_line(&mvcc.header(target), w.watch_id, &events, w.prev_kv);
                         let msg = StreamMsg::Events {
                             watch_id: w.watch_id,
-                            rev: target,
-                            events,
-                            prev_kv: w.prev_kv,
+                            line: Bytes::from(line),
                         };
                         if tx.send(msg).await.is_err() {
                             mvcc.hub.drop_unsynced(w.stream);
