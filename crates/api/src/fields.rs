@@ -1,0 +1,324 @@
+//! Field selectors: `key=value`, `key==value`, `key!=value` terms joined by commas, with
+//! `\`, `,` and `=` escaped by a backslash in values.
+
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldRequirement {
+    pub field: String,
+    pub value: String,
+    pub negated: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    pub requirements: Vec<FieldRequirement>,
+}
+
+impl fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .requirements
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}{}{}",
+                    r.field,
+                    if r.negated { "!=" } else { "=" },
+                    escape(&r.value)
+                )
+            })
+            .collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+pub fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace(',', "\\,")
+        .replace('=', "\\=")
+}
+
+impl FieldSelector {
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        for term in split_terms(s)? {
+            if term.is_empty() {
+                continue;
+            }
+            let (field, negated, raw) = if let Some(i) = term.find("!=") {
+                (&term[..i], true, &term[i + 2..])
+            } else if let Some(i) = term.find("==") {
+                (&term[..i], false, &term[i + 2..])
+            } else if let Some(i) = term.find('=') {
+                (&term[..i], false, &term[i + 1..])
+            } else {
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{term}'"
+                ));
+            };
+            reqs.push(FieldRequirement {
+                field: field.trim().to_string(),
+                value: unescape(raw)?,
+                negated,
+            });
+        }
+        Ok(FieldSelector { requirements: reqs })
+    }
+
+    /// Evaluates the selector; `get` returns the object's value for a field name.
+    pub fn matches(&self, get: impl Fn(&str) -> Option<String>) -> bool {
+        self.requirements.iter().all(|r| {
+            let v = get(&r.field).unwrap_or_default();
+            (v == r.value) != r.negated
+        })
+    }
+
+    /// The value a field is pinned to by an `=` requirement.
+    pub fn exact(&self, field: &str) -> Option<&str> {
+        self.requirements
+            .iter()
+            .find(|r| r.field == field && !r.negated)
+            .map(|r| r.value.as_str())
+    }
+}
+
+/// Splits on commas that are not escaped.
+fn split_terms(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            ',' => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    Ok(out)
+}
+
+fn unescape(v: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some(n @ ('\\' | ',' | '=')) => out.push(n),
+                Some(n) => {
+                    return Err(format!(
+                        "invalid field selector: invalid escape sequence: \\{n}"
+                    ))
+                }
+                None => return Err("invalid field selector: unterminated escape sequence".into()),
+            }
+        } else if c == '=' || c == ',' {
+            return Err(format!(
+                "invalid field selector: unescaped '{c}' in value {v:?}"
+            ));
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_match() {
+        let s = FieldSelector::parse("spec.nodeName=node-1,status.phase!=Failed").unwrap();
+        assert_eq!(s.exact("spec.nodeName"), Some("node-1"));
+        let get = |f: &str| match f {
+            "spec.nodeName" => Some("node-1".to_string()),
+            "status.phase" => Some("Running".to_string()),
+            _ => None,
+        };
+        assert!(s.matches(get));
+        let s = FieldSelector::parse("spec.nodeName==").unwrap();
+        assert!(!s.matches(get));
+        assert!(s.matches(|_| None));
+        let s = FieldSelector::parse(r"metadata.name=a\,b\=c").unwrap();
+        assert_eq!(s.requirements[0].value, "a,b=c");
+        assert!(FieldSelector::parse("nonsense").is_err());
+        assert!(FieldSelector::parse(r"a=b\x").is_err());
+        assert_eq!(FieldSelector::parse("").unwrap(), FieldSelector::default());
+    }
+}
+
+/// Fields each kind can be selected by besides `metadata.name` and `metadata.namespace`
+/// (upstream's per-kind `ToSelectableFields`).
+pub fn selectable_fields(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "Pod" => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        "Event" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        "Secret" => &["type"],
+        "Namespace" => &["status.phase"],
+        "ReplicaSet" => &["status.replicas"],
+        "Node" => &["spec.unschedulable"],
+        _ => &[],
+    }
+}
+
+fn str_at(obj: &serde_json::Value, path: &[&str]) -> String {
+    let mut v = obj;
+    for p in path {
+        match v.get(p) {
+            Some(x) => v = x,
+            None => return String::new(),
+        }
+    }
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The value of a selectable field on an object (empty when absent), as upstream computes it.
+pub fn object_field(kind: &str, obj: &serde_json::Value, field: &str) -> String {
+    match (kind, field) {
+        (_, "metadata.name") => str_at(obj, &["metadata", "name"]),
+        (_, "metadata.namespace") => str_at(obj, &["metadata", "namespace"]),
+        ("Pod", "spec.hostNetwork") => {
+            let b = obj
+                .pointer("/spec/hostNetwork")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false);
+            b.to_string()
+        }
+        ("Pod", "status.podIP") => obj
+            .pointer("/status/podIPs/0/ip")
+            .and_then(|v| v.as_str())
+            .map(String::from)
+            .unwrap_or_else(|| str_at(obj, &["status", "podIP"])),
+        ("Node", "spec.unschedulable") => {
+            let b = obj
+                .pointer("/spec/unschedulable")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false);
+            b.to_string()
+        }
+        ("Event", "source") => {
+            let c = str_at(obj, &["source", "component"]);
+            if c.is_empty() {
+                str_at(obj, &["reportingComponent"])
+            } else {
+                c
+            }
+        }
+        ("ReplicaSet", "status.replicas") => obj
+            .pointer("/status/replicas")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0)
+            .to_string(),
+        (_, f) => {
+            let path: Vec<&str> = f.split('.').collect();
+            str_at(obj, &path)
+        }
+    }
+}
+
+/// Every selectable field of an object, computed once when it enters the watch cache.
+pub fn object_fields(kind: &str, obj: &serde_json::Value) -> Vec<(&'static str, String)> {
+    let mut out = vec![
+        ("metadata.name", object_field(kind, obj, "metadata.name")),
+        (
+            "metadata.namespace",
+            object_field(kind, obj, "metadata.namespace"),
+        ),
+    ];
+    for f in selectable_fields(kind) {
+        out.push((f, object_field(kind, obj, f)));
+    }
+    out
+}
+
+impl FieldSelector {
+    /// Checks every field against the kind's selectable fields, mapping legacy names
+    /// (`spec.host` → `spec.nodeName`). The error is upstream's message.
+    pub fn check_for_kind(&mut self, kind: &str) -> Result<(), String> {
+        for r in &mut self.requirements {
+            if kind == "Pod" && r.field == "spec.host" {
+                r.field = "spec.nodeName".into();
+            }
+            let ok = r.field == "metadata.name"
+                || r.field == "metadata.namespace"
+                || selectable_fields(kind).contains(&r.field.as_str());
+            if !ok {
+                return Err(format!("field label not supported: {}", r.field));
+            }
+        }
+        Ok(())
+    }
+
+    /// Matches against precomputed fields (see `object_fields`).
+    pub fn matches_fields(&self, fields: &[(&'static str, String)]) -> bool {
+        self.requirements.iter().all(|r| {
+            let v = fields
+                .iter()
+                .find(|(k, _)| *k == r.field)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or("");
+            (v == r.value) != r.negated
+        })
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pod_fields() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "default"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}]}});
+        let f = object_fields("Pod", &pod);
+        let mut s = FieldSelector::parse(
+            "spec.host=n1,status.phase!=Failed,status.podIP=10.0.0.5,spec.hostNetwork=false",
+        )
+        .unwrap();
+        s.check_for_kind("Pod").unwrap();
+        assert!(s.matches_fields(&f));
+        let mut bad = FieldSelector::parse("spec.nope=x").unwrap();
+        assert_eq!(
+            bad.check_for_kind("Pod").unwrap_err(),
+            "field label not supported: spec.nope"
+        );
+        let mut ok = FieldSelector::parse("metadata.name=p").unwrap();
+        assert!(ok.check_for_kind("ConfigMap").is_ok());
+    }
+}

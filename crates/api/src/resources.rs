@@ -1,0 +1,331 @@
+//! The resource table: every resource rkube serves, with what discovery, storage keys and
+//! routing need. Adding a resource is a row here plus a strategy in the apiserver.
+
+/// One served resource.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResourceDef {
+    /// API group; empty for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub list_kind: &'static str,
+    /// The plural name used in URLs.
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub subresources: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// The key segment under `--etcd-prefix` (upstream's resource prefix, e.g. `minions`).
+    pub storage_prefix: &'static str,
+    /// Served from the watch cache (every resource but Events, as upstream).
+    pub watch_cached: bool,
+}
+
+impl ResourceDef {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    pub fn group_resource(&self) -> crate::status::GroupResource {
+        crate::status::GroupResource::new(self.group, self.plural)
+    }
+
+    /// `<prefix>/<resource>/` — every object of this resource lives under it.
+    pub fn key_prefix(&self, etcd_prefix: &str) -> String {
+        format!(
+            "{}/{}/",
+            etcd_prefix.trim_end_matches('/'),
+            self.storage_prefix
+        )
+    }
+
+    /// `<prefix>/<resource>/<ns>/<name>` or `<prefix>/<resource>/<name>`.
+    pub fn key(&self, etcd_prefix: &str, namespace: &str, name: &str) -> String {
+        if self.namespaced {
+            format!("{}{namespace}/{name}", self.key_prefix(etcd_prefix))
+        } else {
+            format!("{}{name}", self.key_prefix(etcd_prefix))
+        }
+    }
+
+    pub fn has_subresource(&self, sub: &str) -> bool {
+        self.subresources.contains(&sub)
+    }
+}
+
+macro_rules! res {
+    ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, $ns:expr, $short:expr, $subs:expr, $cats:expr, $prefix:expr, $cached:expr) => {
+        ResourceDef {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            list_kind: concat!($kind, "List"),
+            plural: $plural,
+            singular: $singular,
+            namespaced: $ns,
+            short_names: $short,
+            subresources: $subs,
+            categories: $cats,
+            storage_prefix: $prefix,
+            watch_cached: $cached,
+        }
+    };
+}
+
+pub const RESOURCES: &[ResourceDef] = &[
+    res!(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        "namespace",
+        false,
+        &["ns"],
+        &["status", "finalize"],
+        &[],
+        "namespaces",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        "pod",
+        true,
+        &["po"],
+        &["status", "binding", "eviction", "log"],
+        &["all"],
+        "pods",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "Node",
+        "nodes",
+        "node",
+        false,
+        &["no"],
+        &["status"],
+        &[],
+        "minions",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "Event",
+        "events",
+        "event",
+        true,
+        &["ev"],
+        &[],
+        &[],
+        "events",
+        false
+    ),
+    res!(
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        "configmap",
+        true,
+        &["cm"],
+        &[],
+        &[],
+        "configmaps",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "Secret",
+        "secrets",
+        "secret",
+        true,
+        &[],
+        &[],
+        &[],
+        "secrets",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "Service",
+        "services",
+        "service",
+        true,
+        &["svc"],
+        &["status"],
+        &["all"],
+        "services/specs",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+        &["sa"],
+        &[],
+        &[],
+        "serviceaccounts",
+        true
+    ),
+    res!(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        &["deploy"],
+        &["status", "scale"],
+        &["all"],
+        "deployments",
+        true
+    ),
+    res!(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+        &["rs"],
+        &["status", "scale"],
+        &["all"],
+        "replicasets",
+        true
+    ),
+    res!(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        "lease",
+        true,
+        &[],
+        &[],
+        &[],
+        "leases",
+        true
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        "role",
+        true,
+        &[],
+        &[],
+        &[],
+        "roles",
+        true
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        true,
+        &[],
+        &[],
+        &[],
+        "rolebindings",
+        true
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        false,
+        &[],
+        &[],
+        &[],
+        "clusterroles",
+        true
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+        &[],
+        &[],
+        &[],
+        "clusterrolebindings",
+        true
+    ),
+];
+
+/// The resource served at `group`/`version` under `plural`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource of an `apiVersion` + `kind` pair.
+pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceDef> {
+    RESOURCES
+        .iter()
+        .find(|r| r.api_version() == api_version && r.kind == kind)
+}
+
+/// Every `group/version` served, core first.
+pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_upstream_layout() {
+        let pods = find("", "v1", "pods").unwrap();
+        assert_eq!(
+            pods.key("/registry", "default", "nginx"),
+            "/registry/pods/default/nginx"
+        );
+        let nodes = find("", "v1", "nodes").unwrap();
+        assert_eq!(
+            nodes.key("/registry", "", "node-1"),
+            "/registry/minions/node-1"
+        );
+        let deploy = find("apps", "v1", "deployments").unwrap();
+        assert_eq!(deploy.api_version(), "apps/v1");
+        assert_eq!(deploy.group_resource().to_string(), "deployments.apps");
+        assert_eq!(
+            find_kind("v1", "Service")
+                .unwrap()
+                .key("/registry", "default", "k"),
+            "/registry/services/specs/default/k"
+        );
+        assert_eq!(group_versions()[0], ("", "v1"));
+    }
+}
