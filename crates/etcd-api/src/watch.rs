@@ -50,6 +50,8 @@ impl WatchSender {
 pub struct WatchReceiver {
     body: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
     buf: BytesMut,
+    /// Bytes of `buf` already known to hold no newline.
+    scanned: usize,
     done: bool,
 }
 
@@ -57,7 +59,12 @@ impl WatchReceiver {
     /// The next response; `None` when the server ended the stream.
     pub async fn next(&mut self) -> Option<Result<WatchResponse, EtcdError>> {
         loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+            if let Some(pos) = self.buf[self.scanned..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map(|p| p + self.scanned)
+            {
+                self.scanned = 0;
                 let line = self.buf.split_to(pos + 1);
                 let line = &line[..pos];
                 if line.iter().all(|b| b.is_ascii_whitespace()) {
@@ -72,6 +79,7 @@ impl WatchReceiver {
                 let rest = self.buf.split();
                 return Some(parse_line(&rest));
             }
+            self.scanned = self.buf.len();
             match self.body.next().await {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
                 Some(Err(e)) => {
@@ -146,6 +154,7 @@ pub(crate) async fn open(
         WatchReceiver {
             body: resp.bytes_stream().boxed(),
             buf: BytesMut::new(),
+            scanned: 0,
             done: false,
         },
     ))

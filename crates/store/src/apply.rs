@@ -94,6 +94,8 @@ pub struct Applier<'a, S: RecordStore> {
     /// The newest assigned main revision.
     pub rev: i64,
     pub compact_rev: i64,
+    /// The committed revision when the batch started: compaction may not go past it.
+    pub batch_start_rev: i64,
     pub changes: Vec<Change>,
     pub now: Instant,
 }
@@ -424,7 +426,9 @@ impl<'a, S: RecordStore> Applier<'a, S> {
     }
 
     pub fn compact(&mut self, rev: i64) -> Result<CompactionResponse, StoreError> {
-        if rev > self.rev {
+        // A revision assigned earlier in this uncommitted batch is still in the future for
+        // every reader.
+        if rev > self.batch_start_rev {
             return Err(StoreError::FutureRevision);
         }
         if rev <= self.compact_rev {

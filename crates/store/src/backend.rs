@@ -184,6 +184,8 @@ impl ReadSnapshot {
 
 /// The writer's view of one group-commit batch: reads see the batch's own writes.
 pub struct BatchStore<'t> {
+    /// Whether anything was written (a clean batch needs no commit and no fsync).
+    pub dirty: bool,
     pub kvs: redb::Table<'t, (u64, u32), &'static [u8]>,
     pub meta: redb::Table<'t, &'static str, u64>,
     pub leases: redb::Table<'t, i64, i64>,
@@ -192,6 +194,7 @@ pub struct BatchStore<'t> {
 impl<'t> BatchStore<'t> {
     pub fn open(wtx: &'t redb::WriteTransaction) -> Result<Self, StoreError> {
         Ok(BatchStore {
+            dirty: false,
             kvs: wtx.open_table(KVS)?,
             meta: wtx.open_table(META)?,
             leases: wtx.open_table(LEASES)?,
@@ -212,18 +215,22 @@ impl RecordStore for BatchStore<'_> {
         }
     }
     fn insert(&mut self, rev: Rev, rec: &Record) -> Result<(), StoreError> {
+        self.dirty = true;
         self.kvs.insert(key(rev), rec.encode().as_slice())?;
         Ok(())
     }
     fn remove(&mut self, rev: Rev) -> Result<(), StoreError> {
+        self.dirty = true;
         self.kvs.remove(key(rev))?;
         Ok(())
     }
     fn put_lease(&mut self, id: i64, ttl: i64) -> Result<(), StoreError> {
+        self.dirty = true;
         self.leases.insert(id, ttl)?;
         Ok(())
     }
     fn remove_lease(&mut self, id: i64) -> Result<(), StoreError> {
+        self.dirty = true;
         self.leases.remove(id)?;
         Ok(())
     }

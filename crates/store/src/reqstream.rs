@@ -8,10 +8,15 @@ use serde::de::DeserializeOwned;
 
 use crate::error::StoreError;
 
+/// The most a stream may buffer for one unfinished request.
+pub const MAX_BUFFERED: usize = 4 * 1024 * 1024;
+
 pub struct RequestReader {
     body: BodyDataStream,
     buf: BytesMut,
     eof: bool,
+    /// `buf.len()` at the last incomplete parse: no new data, no new parse.
+    incomplete_at: Option<usize>,
 }
 
 impl RequestReader {
@@ -20,6 +25,7 @@ impl RequestReader {
             body: body.into_data_stream(),
             buf: BytesMut::new(),
             eof: false,
+            incomplete_at: None,
         }
     }
 
@@ -28,7 +34,9 @@ impl RequestReader {
     pub async fn next<T: DeserializeOwned>(&mut self) -> Option<Result<T, StoreError>> {
         loop {
             let start = self.buf.iter().position(|b| !b.is_ascii_whitespace());
-            if let Some(start) = start {
+            if self.incomplete_at == Some(self.buf.len()) && !self.eof {
+                // Nothing new since the last attempt: wait for more data.
+            } else if let Some(start) = start {
                 let slice = &self.buf[start..];
                 if let Some(msg) = crate::http::non_object(slice) {
                     self.buf.clear();
@@ -40,9 +48,19 @@ impl RequestReader {
                     Some(Ok(v)) => {
                         let used = start + it.byte_offset();
                         let _ = self.buf.split_to(used);
+                        self.incomplete_at = None;
                         return Some(Ok(v));
                     }
-                    Some(Err(e)) if e.is_eof() && !self.eof => {}
+                    Some(Err(e)) if e.is_eof() && !self.eof => {
+                        if self.buf.len() > MAX_BUFFERED {
+                            self.buf.clear();
+                            self.eof = true;
+                            return Some(Err(StoreError::invalid(
+                                crate::error::ERR_REQUEST_TOO_LARGE,
+                            )));
+                        }
+                        self.incomplete_at = Some(self.buf.len());
+                    }
                     Some(Err(e)) => {
                         let err = crate::http::json_error(&e, slice);
                         self.buf.clear();

@@ -96,7 +96,7 @@ type Applied = (
 
 fn apply_and_commit(mvcc: &Mvcc, batch: &[WriteRequest]) -> Result<Applied, StoreError> {
     let wtx = mvcc.backend.begin_batch()?;
-    let (results, events, rev, compact_changed) = {
+    let (results, events, rev, compact_changed, dirty) = {
         let mut st = mvcc.state.write().unwrap();
         let mut lessor = mvcc.lessor.lock().unwrap();
         let mut store = BatchStore::open(&wtx)?;
@@ -108,10 +108,20 @@ fn apply_and_commit(mvcc: &Mvcc, batch: &[WriteRequest]) -> Result<Applied, Stor
             store: &mut store,
             rev: st.current_rev,
             compact_rev: st.compact_rev,
+            batch_start_rev: st.current_rev,
             changes: Vec::new(),
             now: Instant::now(),
         };
-        let results: Vec<_> = batch.iter().map(|r| ap.apply(&r.op)).collect();
+        let mut results = Vec::with_capacity(batch.len());
+        for r in batch {
+            let res = ap.apply(&r.op);
+            // Client errors are found before anything changes; an internal (disk) error may
+            // strike halfway, so it fails the whole batch, which is then reloaded from disk.
+            if let Err(e @ StoreError::Internal(_)) = &res {
+                return Err(e.clone());
+            }
+            results.push(res);
+        }
         let rev = ap.rev;
         let compact_rev = ap.compact_rev;
         let events: Vec<Arc<EventData>> = ap
@@ -121,13 +131,21 @@ fn apply_and_commit(mvcc: &Mvcc, batch: &[WriteRequest]) -> Result<Applied, Stor
             .collect();
         // Reads below a compaction fail from now on, even before it is durable.
         st.compact_rev = compact_rev;
-        store.set_meta(META_CURRENT_REV, rev)?;
-        if compact_rev != start_compact {
-            store.set_meta(META_COMPACT_REV, compact_rev)?;
+        let dirty = store.dirty || compact_rev != start_compact;
+        if dirty {
+            store.set_meta(META_CURRENT_REV, rev)?;
+            if compact_rev != start_compact {
+                store.set_meta(META_COMPACT_REV, compact_rev)?;
+            }
         }
-        (results, events, rev, compact_rev != start_compact)
+        (results, events, rev, compact_rev != start_compact, dirty)
     };
-    wtx.commit()?;
+    if dirty {
+        wtx.commit()?;
+    } else {
+        // Only reads and failed compares: nothing to make durable.
+        wtx.abort()?;
+    }
     if compact_changed {
         tracing::info!(revision = rev, "compaction committed");
     }

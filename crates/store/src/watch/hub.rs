@@ -143,14 +143,30 @@ impl Hub {
 
     /// A replaying watcher that has delivered everything up to `delivered` joins the synced
     /// set if nothing newer has been committed; otherwise returns the newer `committed`.
-    pub fn try_sync(&self, mut w: Watcher, delivered: i64) -> Result<(), i64> {
+    ///
+    /// A watch cancelled meanwhile (`cancelled`, checked under the hub lock; the stream
+    /// cancels the token before it asks the hub to drop the watch) or whose stream is gone is
+    /// not added, so a cancel racing the end of a replay never leaves a watcher behind.
+    pub fn try_sync(
+        &self,
+        mut w: Watcher,
+        delivered: i64,
+        cancelled: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), i64> {
         let mut inner = self.inner.lock().unwrap();
-        if inner.committed > delivered {
+        if inner.committed > delivered && !cancelled.is_cancelled() {
             return Err(inner.committed);
         }
-        w.next_rev = delivered + 1;
         let stream = w.stream;
-        inner.synced.push(w);
+        if !cancelled.is_cancelled() && inner.streams.contains_key(&stream) {
+            w.next_rev = delivered + 1;
+            inner.synced.push(w);
+        }
+        Self::unsynced_done(&mut inner, stream);
+        Ok(())
+    }
+
+    fn unsynced_done(inner: &mut Inner, stream: u64) {
         let committed = inner.committed;
         if let Some(s) = inner.streams.get_mut(&stream) {
             s.unsynced = s.unsynced.saturating_sub(1);
@@ -162,23 +178,12 @@ impl Hub {
                 });
             }
         }
-        Ok(())
     }
 
     /// A replaying watcher ended without syncing (cancelled or compacted).
     pub fn drop_unsynced(&self, stream: u64) {
         let mut inner = self.inner.lock().unwrap();
-        let committed = inner.committed;
-        if let Some(s) = inner.streams.get_mut(&stream) {
-            s.unsynced = s.unsynced.saturating_sub(1);
-            if s.unsynced == 0 && s.progress_pending {
-                s.progress_pending = false;
-                let _ = s.tx.try_send(StreamMsg::Progress {
-                    watch_id: -1,
-                    rev: committed,
-                });
-            }
-        }
+        Self::unsynced_done(&mut inner, stream);
     }
 
     /// Removes a synced watcher; false if it was not synced.
@@ -247,6 +252,7 @@ impl Hub {
         };
         let mut lines: HashMap<(i64, bool, Vec<u32>), Bytes> = HashMap::new();
         let mut dropped: Vec<(u64, i64, bool)> = Vec::new();
+        let mut pending_cancels: Vec<u64> = Vec::new();
         for w in synced.iter_mut() {
             let matching: Vec<u32> = (0..events.len() as u32)
                 .filter(|i| w.wants(&events[*i as usize]))
@@ -290,8 +296,16 @@ impl Hub {
                         "slow watcher overflowed its buffer, cancelling it"
                     );
                     s.shared.overflowed.lock().unwrap().push(watch_id);
+                    // Until its cancel is written, a progress response must not claim
+                    // a revision this watcher's client has not seen.
+                    pending_cancels.push(stream);
                     s.shared.notify.notify_one();
                 }
+            }
+        }
+        for stream in pending_cancels {
+            if let Some(s) = streams.get_mut(&stream) {
+                s.unsynced += 1;
             }
         }
     }

@@ -93,6 +93,7 @@ async fn run_stream(
     }
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             req = reader.next::<WatchRequest>(), if reading => match req {
                 Some(Ok(r)) => if !ctx.handle_request(r).await { break },
@@ -121,8 +122,11 @@ async fn run_stream(
                         ..Default::default()
                     };
                     if !ctx.write_result(&resp).await { return cleanup(&ctx); }
+                    ctx.mvcc.hub.drop_unsynced(ctx.id);
                 }
             }
+            // The client went away: stop even when nothing is being written.
+            _ = ctx.out.closed() => break,
         }
     }
     cleanup(&ctx)
@@ -271,8 +275,9 @@ impl StreamCtx {
             let stream = watcher.stream;
             tokio::spawn(async move {
                 tokio::select! {
+                    biased;
                     _ = token.cancelled() => mvcc.hub.drop_unsynced(stream),
-                    _ = catch_up(mvcc.clone(), tx, watcher) => {}
+                    _ = catch_up(mvcc.clone(), tx, watcher, token.clone()) => {}
                 }
             });
         }
@@ -282,7 +287,12 @@ impl StreamCtx {
 
 /// Replays history from `w.next_rev` until the watcher has seen everything committed, then
 /// hands it to the hub. A start below the compacted revision cancels the watch.
-async fn catch_up(mvcc: Arc<Mvcc>, tx: mpsc::Sender<StreamMsg>, w: Watcher) {
+async fn catch_up(
+    mvcc: Arc<Mvcc>,
+    tx: mpsc::Sender<StreamMsg>,
+    w: Watcher,
+    token: CancellationToken,
+) {
     let mut next = w.next_rev;
     loop {
         let target = mvcc.hub.committed();
@@ -333,7 +343,7 @@ async fn catch_up(mvcc: Arc<Mvcc>, tx: mpsc::Sender<StreamMsg>, w: Watcher) {
         }
         let mut synced = w.clone();
         synced.next_rev = next;
-        if mvcc.hub.try_sync(synced, next - 1).is_ok() {
+        if mvcc.hub.try_sync(synced, next - 1, &token).is_ok() {
             return;
         }
     }
