@@ -1,0 +1,266 @@
+//! How a Cacher follows storage: a paged list at one revision, then one watch with prev_kv and
+//! progress notifications.
+//!
+//! States: *listing* (cache not ready) → *replaying* (the watch starts at the oldest revision
+//! storage retains; events up to the list revision only fill the history, so watches from
+//! before this apiserver started can resume) → *live* (events update the state and go to
+//! watchers). A broken stream is re-watched from the last revision without re-listing; only a
+//! compacted watch start forces a re-list.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rkube_daemon::ShutdownToken;
+use rkube_etcd_api::*;
+
+use super::object::{CachedEvent, CachedObject, EventType as Ev};
+use super::Cacher;
+
+const PAGE: i64 = 10_000;
+
+enum End {
+    Shutdown,
+    /// Storage compacted past our revision: re-list.
+    Relist,
+}
+
+pub async fn run(c: Arc<Cacher>, shutdown: ShutdownToken) {
+    let mut backoff = Duration::from_millis(100);
+    // The first watch after start replays retained history; later ones only go forward.
+    let mut replay_history = true;
+    loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let list_rv = match list_all(&c).await {
+            Ok((objects, rv)) => {
+                c.replace(objects, rv);
+                backoff = Duration::from_millis(100);
+                rv
+            }
+            Err(e) => {
+                tracing::warn!(resource = c.def.plural, error = %e, "watch cache list failed, retrying");
+                c.set_not_ready();
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        if replay_history {
+            c.begin_replay();
+        }
+        match watch(&c, list_rv, replay_history, &shutdown).await {
+            End::Shutdown => return,
+            End::Relist => {
+                tracing::info!(
+                    resource = c.def.plural,
+                    "watch cache re-listing after compaction"
+                );
+                replay_history = false;
+            }
+        }
+    }
+}
+
+async fn list_all(c: &Cacher) -> Result<(BTreeMap<String, Arc<CachedObject>>, u64), EtcdError> {
+    let mut objects = BTreeMap::new();
+    let mut start = c.prefix.clone();
+    let mut rev = 0;
+    loop {
+        let page = c.storage.list(&c.prefix, &start, rev, PAGE).await?;
+        let (items, more) = (page.items, page.more);
+        rev = page.rev;
+        for s in &items {
+            let key = String::from_utf8_lossy(&s.key).into_owned();
+            match CachedObject::decode(c.def, key.clone(), &s.value, s.mod_revision as u64) {
+                Ok(o) => {
+                    objects.insert(key, Arc::new(o));
+                }
+                Err(e) => {
+                    tracing::warn!(resource = c.def.plural, error = %e, "skipping undecodable object")
+                }
+            }
+        }
+        match (more, items.last()) {
+            (true, Some(last)) => {
+                let mut next = last.key.clone();
+                next.push(0);
+                start = String::from_utf8_lossy(&next).into_owned();
+            }
+            _ => break,
+        }
+    }
+    Ok((objects, rev as u64))
+}
+
+async fn watch(
+    c: &Arc<Cacher>,
+    list_rv: u64,
+    replay_history: bool,
+    shutdown: &ShutdownToken,
+) -> End {
+    let mut start: i64 = if replay_history {
+        1
+    } else {
+        list_rv as i64 + 1
+    };
+    let mut replaying = replay_history;
+    let mut last_rv = list_rv;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let create = WatchCreateRequest {
+            key: c.prefix.as_bytes().to_vec(),
+            range_end: prefix_range_end(c.prefix.as_bytes()),
+            start_revision: start,
+            prev_kv: true,
+            progress_notify: true,
+            ..Default::default()
+        };
+        let opened = if c.duplex {
+            c.storage
+                .client
+                .watch_duplex(vec![WatchRequest::create(create)])
+                .await
+                .map(|(tx, rx)| (Some(tx), rx))
+        } else {
+            c.storage
+                .client
+                .watch(vec![WatchRequest::create(create)])
+                .await
+                .map(|rx| (None, rx))
+        };
+        let mut rx = match opened {
+            Ok((tx, rx)) => {
+                *c.progress.lock().unwrap() = tx;
+                rx
+            }
+            Err(e) => {
+                tracing::warn!(resource = c.def.plural, error = %e, "watch cache watch failed, retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return End::Shutdown,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return End::Shutdown,
+                n = rx.next() => n,
+            };
+            let resp = match next {
+                Some(Ok(r)) => r,
+                Some(Err(e)) => {
+                    tracing::warn!(resource = c.def.plural, error = %e, "watch cache stream broke, re-watching");
+                    break;
+                }
+                None => break,
+            };
+            if resp.created {
+                if replaying && c.duplex {
+                    // Answered once the replay is complete: marks the history as whole.
+                    c.request_progress().await;
+                }
+                continue;
+            }
+            if resp.canceled {
+                if resp.compact_revision > 0 && replaying {
+                    // History starts later than asked: replay from what storage still has.
+                    start = resp.compact_revision;
+                    break;
+                }
+                if resp.compact_revision > 0 {
+                    return End::Relist;
+                }
+                break;
+            }
+            if resp.events.is_empty() {
+                let rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0) as u64;
+                if replaying && rev >= list_rv {
+                    finish_replay(c, start);
+                    replaying = false;
+                }
+                if !replaying {
+                    c.progress(rev);
+                }
+                continue;
+            }
+            for e in resp.events {
+                let Some(ev) = convert(c, e) else { continue };
+                if ev.rv <= list_rv {
+                    if replaying {
+                        c.prefill(ev);
+                    }
+                } else {
+                    if replaying {
+                        finish_replay(c, start);
+                        replaying = false;
+                    }
+                    last_rv = last_rv.max(ev.rv);
+                    c.apply(ev);
+                }
+            }
+            backoff = Duration::from_millis(100);
+        }
+        *c.progress.lock().unwrap() = None;
+        if !replaying {
+            start = last_rv as i64 + 1;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return End::Shutdown,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The replayed history is complete from `start` on (a compacted start's own revision may
+/// have lost deletions, so it counts from the next one).
+fn finish_replay(c: &Cacher, start: i64) {
+    let oldest = if start <= 1 { 1 } else { start as u64 + 1 };
+    c.set_oldest(oldest);
+}
+
+fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
+    let kv = e.kv?;
+    let key = String::from_utf8_lossy(&kv.key).into_owned();
+    let rv = kv.mod_revision as u64;
+    let prev = e.prev_kv.and_then(|p| {
+        CachedObject::decode(c.def, key.clone(), &p.value, p.mod_revision as u64)
+            .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object"))
+            .ok()
+            .map(Arc::new)
+    });
+    match e.kind {
+        EventType::Delete => {
+            let last = prev.or_else(|| c.get(&key).ok().and_then(|(o, _)| o))?;
+            Some(CachedEvent::new(
+                Ev::Deleted,
+                rv,
+                Arc::new(last.with_rv(c.def, rv)),
+                None,
+            ))
+        }
+        EventType::Put => {
+            let obj = match CachedObject::decode(c.def, key, &kv.value, rv) {
+                Ok(o) => Arc::new(o),
+                Err(err) => {
+                    tracing::warn!(resource = c.def.plural, error = %err, "skipping undecodable object");
+                    return None;
+                }
+            };
+            let created = kv.create_revision == kv.mod_revision || prev.is_none();
+            Some(CachedEvent::new(
+                if created { Ev::Added } else { Ev::Modified },
+                rv,
+                obj,
+                if created { None } else { prev },
+            ))
+        }
+    }
+}

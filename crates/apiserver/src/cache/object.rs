@@ -1,0 +1,220 @@
+//! What the watch cache holds: each object serialized once (with its resourceVersion) plus
+//! its labels and selectable fields, and each event with its wire lines built at most once.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use rkube_api::{meta, FieldSelector, LabelSelector, ResourceDef};
+use serde_json::Value;
+
+/// One object as the cache keeps it. The JSON is the wire form (RV included), so GET, LIST
+/// and WATCH copy bytes instead of serializing.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub key: String,
+    pub namespace: String,
+    pub name: String,
+    pub rv: u64,
+    pub json: Bytes,
+    pub labels: BTreeMap<String, String>,
+    pub fields: Vec<(&'static str, String)>,
+}
+
+impl CachedObject {
+    /// Decodes a stored value and stamps `rv` as its resourceVersion.
+    pub fn decode(def: &ResourceDef, key: String, value: &[u8], rv: u64) -> Result<Self, String> {
+        let mut obj: Value =
+            serde_json::from_slice(value).map_err(|e| format!("decoding {key}: {e}"))?;
+        if !obj.is_object() {
+            return Err(format!("decoding {key}: not a JSON object"));
+        }
+        meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
+        Ok(Self::from_value(def, key, &obj, rv))
+    }
+
+    pub fn from_value(def: &ResourceDef, key: String, obj: &Value, rv: u64) -> Self {
+        CachedObject {
+            key,
+            namespace: meta::namespace(obj).to_string(),
+            name: meta::name(obj).to_string(),
+            rv,
+            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            labels: meta::labels(obj),
+            fields: rkube_api::fields::object_fields(def.kind, obj),
+        }
+    }
+
+    /// The same object re-stamped with another resourceVersion (a DELETED event carries the
+    /// revision of the delete).
+    pub fn with_rv(&self, def: &ResourceDef, rv: u64) -> Self {
+        let mut obj: Value = serde_json::from_slice(&self.json).unwrap_or(Value::Null);
+        meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
+        Self::from_value(def, self.key.clone(), &obj, rv)
+    }
+
+    pub fn field(&self, name: &str) -> &str {
+        self.fields
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// Which objects a list or watch wants.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    pub fn matches(&self, o: &CachedObject) -> bool {
+        if let Some(ns) = &self.namespace {
+            if &o.namespace != ns {
+                return false;
+            }
+        }
+        if let Some(n) = &self.name {
+            if &o.name != n {
+                return false;
+            }
+        }
+        self.labels.matches(&o.labels) && self.fields.matches_fields(&o.fields)
+    }
+
+    pub fn is_everything(&self) -> bool {
+        self.namespace.is_none()
+            && self.name.is_none()
+            && self.labels.is_empty()
+            && self.fields.is_empty()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change. For DELETED, `obj` is the last state stamped with the delete revision.
+#[derive(Debug)]
+pub struct CachedEvent {
+    pub kind: EventType,
+    pub rv: u64,
+    pub obj: Arc<CachedObject>,
+    pub prev: Option<Arc<CachedObject>>,
+    pub at: std::time::Instant,
+    lines: [OnceLock<Bytes>; 3],
+    /// The previous state stamped with this event's RV: what a filtered watcher gets as
+    /// DELETED when the object stops matching.
+    prev_at_rv: OnceLock<Bytes>,
+}
+
+pub fn event_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut s = Vec::with_capacity(object.len() + 32);
+    s.extend_from_slice(b"{\"type\":\"");
+    s.extend_from_slice(kind.as_bytes());
+    s.extend_from_slice(b"\",\"object\":");
+    s.extend_from_slice(object);
+    s.extend_from_slice(b"}\n");
+    Bytes::from(s)
+}
+
+impl CachedEvent {
+    pub fn new(
+        kind: EventType,
+        rv: u64,
+        obj: Arc<CachedObject>,
+        prev: Option<Arc<CachedObject>>,
+    ) -> Self {
+        CachedEvent {
+            kind,
+            rv,
+            obj,
+            prev,
+            at: std::time::Instant::now(),
+            lines: Default::default(),
+            prev_at_rv: OnceLock::new(),
+        }
+    }
+
+    /// The line a watcher with `filter` receives for this event, if any, with selector
+    /// transitions turned into ADDED / DELETED.
+    pub fn line_for(&self, def: &ResourceDef, filter: &Filter) -> Option<Bytes> {
+        match self.kind {
+            EventType::Added => filter
+                .matches(&self.obj)
+                .then(|| self.line(EventType::Added)),
+            EventType::Deleted => filter
+                .matches(&self.obj)
+                .then(|| self.line(EventType::Deleted)),
+            EventType::Modified => {
+                let new_m = filter.matches(&self.obj);
+                let old_m = self.prev.as_ref().is_some_and(|p| filter.matches(p));
+                match (old_m, new_m) {
+                    (true, true) => Some(self.line(EventType::Modified)),
+                    (false, true) => Some(self.line(EventType::Added)),
+                    (true, false) => Some(
+                        self.prev_at_rv
+                            .get_or_init(|| {
+                                let p = self.prev.as_ref().expect("old matched");
+                                event_line("DELETED", &p.with_rv(def, self.rv).json)
+                            })
+                            .clone(),
+                    ),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+
+    fn line(&self, as_kind: EventType) -> Bytes {
+        let i = as_kind as usize;
+        self.lines[i]
+            .get_or_init(|| event_line(as_kind.as_str(), &self.obj.json))
+            .clone()
+    }
+}
+
+/// `{"type":"BOOKMARK","object":{"kind":…,"apiVersion":…,"metadata":{"resourceVersion":…}}}`,
+/// optionally marked as the end of a streaming list's initial events.
+pub fn bookmark_line(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Bytes {
+    let annotations = if initial_events_end {
+        format!(
+            ",\"annotations\":{{\"{}\":\"true\"}}",
+            rkube_api::INITIAL_EVENTS_END_ANNOTATION
+        )
+    } else {
+        String::new()
+    };
+    let obj = format!(
+        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{annotations}}}}}",
+        def.kind,
+        def.api_version()
+    );
+    event_line("BOOKMARK", obj.as_bytes())
+}
+
+/// A single in-stream ERROR event carrying a Status.
+pub fn error_line(status: &rkube_api::Status) -> Bytes {
+    event_line("ERROR", &serde_json::to_vec(status).unwrap_or_default())
+}

@@ -1,0 +1,325 @@
+//! The HTTP front: routing of resource paths to the registry, request bodies and content
+//! types, and the one place an `ApiError` becomes a `kind: Status` response.
+
+pub mod request;
+pub mod subresources;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use rkube_api::options::{dry_run, parse_query};
+use rkube_api::{meta, ApiError, DeleteOptions, ListOptions, Status};
+use serde_json::Value;
+
+use crate::registry::{Deleted, ListResult, PatchType, Registry};
+
+/// Request bodies above this are refused (upstream's 3 MiB limit).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub registries: Arc<HashMap<(&'static str, &'static str), Arc<Registry>>>,
+    pub metrics: Arc<crate::metrics::ApiMetrics>,
+    pub shutdown: rkube_daemon::ShutdownToken,
+    pub ready: rkube_daemon::health::Ready,
+}
+
+/// The one conversion from `ApiError` to the wire.
+pub fn error_response(e: &ApiError) -> Response {
+    let status = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "application/json".parse().unwrap());
+    if let Some(retry) = e
+        .status()
+        .details
+        .as_ref()
+        .map(|d| d.retry_after_seconds)
+        .filter(|r| *r > 0)
+    {
+        headers.insert("retry-after", retry.to_string().parse().unwrap());
+    }
+    if e.code() >= 500 {
+        tracing::warn!(code = e.code(), reason = e.reason(), message = %e.status().message, "request failed");
+    }
+    (
+        status,
+        headers,
+        serde_json::to_vec(e.status()).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+fn json_bytes(status: StatusCode, body: Bytes) -> Response {
+    (status, [("content-type", "application/json")], body).into_response()
+}
+
+fn json_value(status: StatusCode, v: &Value) -> Response {
+    json_bytes(
+        status,
+        Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+    )
+}
+
+fn status_response(s: &Status) -> Response {
+    let code = StatusCode::from_u16(s.code).unwrap_or(StatusCode::OK);
+    json_bytes(code, Bytes::from(serde_json::to_vec(s).unwrap_or_default()))
+}
+
+pub async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        ApiError::request_entity_too_large("Request entity too large: limit is 3145728")
+    })
+}
+
+fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+/// Serves every resource path; `None` when the path is not one.
+pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
+    let started = Instant::now();
+    let path = req.uri().path().to_string();
+    let info = match request::parse(&path) {
+        Ok(Some(i)) => i,
+        Ok(None) => return None,
+        Err(e) => return Some(error_response(&e)),
+    };
+    let method = req.method().clone();
+    let verb = verb_of(&method, &info);
+    let registry = state
+        .registries
+        .get(&(info.def.group, info.def.plural))
+        .cloned();
+    let Some(registry) = registry else {
+        return Some(error_response(&request::not_found_path()));
+    };
+    let resp = match serve(&state, &registry, info, req).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    state.metrics.observe(
+        verb,
+        registry.def.plural,
+        resp.status().as_u16(),
+        started.elapsed(),
+    );
+    Some(resp)
+}
+
+fn verb_of(m: &Method, info: &request::RequestInfo) -> &'static str {
+    match (m.as_str(), info.name.is_some()) {
+        ("GET", true) => "get",
+        ("GET", false) if info.legacy_watch => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "other",
+    }
+}
+
+async fn serve(
+    state: &ApiState,
+    reg: &Arc<Registry>,
+    info: request::RequestInfo,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let method = req.method().clone();
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let ns_owned = info.namespace.clone().unwrap_or_default();
+    let ns = ns_owned.as_str();
+    if reg.def.namespaced && info.name.is_some() && info.namespace.is_none() {
+        return Err(ApiError::bad_request("Namespace parameter required."));
+    }
+    let gr = reg.def.group_resource();
+    let sub = info.subresource.as_deref();
+    match (method.as_str(), info.name.as_deref()) {
+        ("GET", None) => {
+            let opts = ListOptions::from_query(&query, info.legacy_watch)?;
+            let scope = info.namespace.as_deref();
+            if opts.watch {
+                return watch::serve(state, reg, scope, None, &opts).await;
+            }
+            let res = reg.list(scope, &opts).await?;
+            Ok(list_response(reg, res))
+        }
+        ("GET", Some(name)) => {
+            if info.legacy_watch {
+                let opts = ListOptions::from_query(&query, true)?;
+                return watch::serve(state, reg, info.namespace.as_deref(), Some(name), &opts)
+                    .await;
+            }
+            match sub {
+                Some("scale") => subresources::get_scale(reg, ns, name).await,
+                Some("log") => Err(ApiError::bad_request(
+                    "pod logs are served once kubelet-agents exist",
+                )),
+                _ => {
+                    let rv = query
+                        .iter()
+                        .find(|(k, _)| k == "resourceVersion")
+                        .map(|(_, v)| v.as_str());
+                    Ok(json_bytes(StatusCode::OK, reg.get(ns, name, rv).await?))
+                }
+            }
+        }
+        ("POST", None) => {
+            let dry = dry_run(&query)?;
+            let body = parse_object(&read_body(req.into_body()).await?)?;
+            let obj = reg.create(ns, body, dry).await?;
+            Ok(json_value(StatusCode::CREATED, &obj))
+        }
+        ("POST", Some(name)) => {
+            let dry = dry_run(&query)?;
+            let body = parse_object(&read_body(req.into_body()).await?)?;
+            match sub {
+                Some("binding") => subresources::bind(reg, ns, name, body, dry).await,
+                Some("eviction") => subresources::evict(reg, ns, name, body, dry).await,
+                _ => Err(ApiError::method_not_supported(&gr, "create")),
+            }
+        }
+        ("PUT", Some(name)) => {
+            let dry = dry_run(&query)?;
+            let body = parse_object(&read_body(req.into_body()).await?)?;
+            match sub {
+                Some("scale") => subresources::update_scale(reg, ns, name, body, dry).await,
+                Some("finalize") | Some("status") | None => {
+                    let (obj, created) = reg.update(ns, name, body, sub, dry).await?;
+                    Ok(json_value(
+                        if created {
+                            StatusCode::CREATED
+                        } else {
+                            StatusCode::OK
+                        },
+                        &obj,
+                    ))
+                }
+                Some(_) => Err(ApiError::method_not_supported(&gr, "update")),
+            }
+        }
+        ("PATCH", Some(name)) => {
+            let dry = dry_run(&query)?;
+            let body = read_body(req.into_body()).await?;
+            let pt = match content_type.split(';').next().unwrap_or("").trim() {
+                "application/merge-patch+json" => PatchType::Merge,
+                "application/json-patch+json" => PatchType::Json,
+                other => return Err(ApiError::unsupported_media_type(other)),
+            };
+            match sub {
+                Some("scale") => subresources::patch_scale(reg, ns, name, pt, &body, dry).await,
+                Some("status") | None => Ok(json_value(
+                    StatusCode::OK,
+                    &reg.patch(ns, name, pt, &body, sub, dry).await?,
+                )),
+                Some(_) => Err(ApiError::method_not_supported(&gr, "patch")),
+            }
+        }
+        ("DELETE", Some(name)) => {
+            let body = read_body(req.into_body()).await?;
+            let opts = DeleteOptions::parse(&body, &query)?;
+            match reg.delete(ns, name, &opts).await? {
+                Deleted::Gone(obj) if reg.def.kind != "Pod" => {
+                    Ok(status_response(&reg.delete_status(&obj)))
+                }
+                Deleted::Gone(obj) | Deleted::Pending(obj) => Ok(json_value(StatusCode::OK, &obj)),
+            }
+        }
+        ("DELETE", None) => {
+            let body = read_body(req.into_body()).await?;
+            let del = DeleteOptions::parse(&body, &query)?;
+            let opts = ListOptions::from_query(&query, false)?;
+            delete_collection(reg, info.namespace.as_deref(), &opts, &del).await
+        }
+        (m, _) => Err(ApiError::method_not_supported(&gr, &m.to_lowercase())),
+    }
+}
+
+/// `{"kind":"<Kind>List","apiVersion":…,"metadata":{…},"items":[…]}` from cached item bytes.
+pub fn list_response(reg: &Registry, res: ListResult) -> Response {
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), Value::String(res.rv.to_string()));
+    if let Some(c) = &res.continue_token {
+        meta.insert("continue".into(), Value::String(c.clone()));
+    }
+    if let Some(r) = res.remaining {
+        meta.insert("remainingItemCount".into(), Value::from(r));
+    }
+    let total: usize = res.items.iter().map(|i| i.len() + 1).sum();
+    let mut out = BytesMut::with_capacity(total + 256);
+    out.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+            reg.def.list_kind,
+            reg.def.api_version(),
+            Value::Object(meta)
+        )
+        .as_bytes(),
+    );
+    for (i, item) in res.items.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b",");
+        }
+        out.extend_from_slice(item);
+    }
+    out.extend_from_slice(b"]}");
+    json_bytes(StatusCode::OK, out.freeze())
+}
+
+async fn delete_collection(
+    reg: &Registry,
+    ns: Option<&str>,
+    opts: &ListOptions,
+    del: &DeleteOptions,
+) -> Result<Response, ApiError> {
+    let res = reg.list(ns, opts).await?;
+    let mut deleted = Vec::new();
+    for item in &res.items {
+        let obj: Value = serde_json::from_slice(item).unwrap_or(Value::Null);
+        let (ins, name) = (
+            meta::namespace(&obj).to_string(),
+            meta::name(&obj).to_string(),
+        );
+        match reg.delete(&ins, &name, del).await {
+            Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => deleted.push(o),
+            Err(e) if e.code() == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = serde_json::json!({
+        "kind": reg.def.list_kind,
+        "apiVersion": reg.def.api_version(),
+        "metadata": {"resourceVersion": res.rv.to_string()},
+        "items": deleted,
+    });
+    Ok(json_value(StatusCode::OK, &list))
+}
+
+pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
+    match handle(state, req).await {
+        Some(r) => r,
+        None => error_response(&request::not_found_path()),
+    }
+}

@@ -1,0 +1,105 @@
+//! Streaming a watch: HTTP 200 with one JSON event per line, flushed as events come; the
+//! stream ends silently at its deadline (`timeoutSeconds`, or a random 30–60 minutes), at
+//! shutdown, or when a slow watcher is dropped. Errors after the request was accepted (an
+//! expired resourceVersion) are sent as a single in-stream ERROR event.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use rkube_api::{ApiError, ListOptions};
+
+use super::ApiState;
+use crate::cache::object::error_line;
+use crate::cache::Cacher;
+use crate::registry::Registry;
+
+/// Upstream's `--min-request-timeout`: a watch without `timeoutSeconds` lasts 1–2× this.
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+fn streaming(body: Body) -> Response {
+    (
+        StatusCode::OK,
+        [
+            ("content-type", "application/json"),
+            ("cache-control", "no-cache, private"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Removes the watcher from its cache when the response body is dropped.
+struct Guard {
+    cache: Arc<Cacher>,
+    id: u64,
+    metrics: Arc<crate::metrics::ApiMetrics>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.cache.remove_watcher(self.id);
+        self.metrics.watches.dec();
+    }
+}
+
+pub async fn serve(
+    state: &ApiState,
+    reg: &Arc<Registry>,
+    ns: Option<&str>,
+    name: Option<&str>,
+    opts: &ListOptions,
+) -> Result<Response, ApiError> {
+    let timeout = match opts.timeout_seconds {
+        Some(s) if s > 0 => Duration::from_secs(s as u64),
+        _ => MIN_REQUEST_TIMEOUT.mul_f64(1.0 + rand::random::<f64>()),
+    };
+    let deadline = Instant::now() + timeout;
+    let stream = match reg.watch(ns, name, opts, deadline).await {
+        Ok(s) => s,
+        Err(e)
+            if e.code() == 410 || (e.code() == 504 && opts.send_initial_events == Some(true)) =>
+        {
+            let line = error_line(e.status());
+            return Ok(streaming(Body::from(line)));
+        }
+        Err(e) => return Err(e),
+    };
+    let cache = reg.cache.clone().expect("watch served from a cache");
+    state.metrics.watches.inc();
+    let guard = Guard {
+        cache,
+        id: stream.id,
+        metrics: state.metrics.clone(),
+    };
+    let shutdown = state.shutdown.clone();
+    let initial: Vec<Bytes> = stream.initial;
+    struct S {
+        initial: std::vec::IntoIter<Bytes>,
+        rx: tokio::sync::mpsc::Receiver<Bytes>,
+        deadline: tokio::time::Instant,
+        shutdown: rkube_daemon::ShutdownToken,
+        _guard: Guard,
+    }
+    let s = S {
+        initial: initial.into_iter(),
+        rx: stream.rx,
+        deadline: tokio::time::Instant::from_std(deadline),
+        shutdown,
+        _guard: guard,
+    };
+    let body = futures_util::stream::unfold(s, |mut s| async move {
+        if let Some(line) = s.initial.next() {
+            return Some((Ok::<Bytes, std::io::Error>(line), s));
+        }
+        tokio::select! {
+            line = s.rx.recv() => line.map(|l| (Ok(l), s)),
+            _ = tokio::time::sleep_until(s.deadline) => None,
+            _ = s.shutdown.cancelled() => None,
+        }
+    });
+    Ok(streaming(Body::from_stream(body)))
+}

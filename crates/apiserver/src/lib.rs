@@ -1,0 +1,263 @@
+//! rkube-apiserver: the Kubernetes API over etcd-style storage, reached only over HTTP through
+//! `rkube-etcd-api` (rkube-store or a real etcd). `registry` is the generic store and the
+//! per-resource strategies, `storage` the etcd3 layer, `cache` the watch cache with bookmarks,
+//! `http` the wire front.
+
+pub mod cache;
+pub mod compactor;
+pub mod http;
+pub mod metrics;
+pub mod registry;
+pub mod storage;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::routing::get;
+use axum::Router;
+use rkube_api::RESOURCES;
+use rkube_daemon::health::Ready;
+use rkube_daemon::ShutdownToken;
+use rkube_etcd_api::{EtcdClient, WatchCreateRequest, WatchRequest};
+use tokio::net::TcpListener;
+
+use crate::cache::{CacheConfig, Cacher};
+use crate::http::ApiState;
+use crate::registry::Registry;
+use crate::storage::Storage;
+
+/// The Kubernetes version this server reports.
+pub const KUBE_VERSION: (&str, &str, &str) = ("1", "33", "v1.33.0");
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub etcd_servers: Vec<String>,
+    pub etcd_prefix: String,
+    /// How long to wait for storage at startup before giving up.
+    pub storage_timeout: Duration,
+    pub event_ttl: Duration,
+    /// Zero disables the compactor.
+    pub compaction_interval: Duration,
+    pub cache: CacheConfig,
+    /// Whether storage answers watch progress requests; `None` detects it.
+    pub progress_requests: Option<bool>,
+}
+
+impl Config {
+    pub fn new(etcd_servers: Vec<String>) -> Self {
+        Config {
+            etcd_servers,
+            etcd_prefix: "/registry".into(),
+            storage_timeout: Duration::from_secs(30),
+            event_ttl: Duration::from_secs(3600),
+            compaction_interval: Duration::from_secs(300),
+            cache: CacheConfig::default(),
+            progress_requests: None,
+        }
+    }
+}
+
+/// Whether the storage endpoint answers a full-duplex watch stream (rkube-store does; etcd's
+/// HTTP gateway answers nothing until the request body ends).
+async fn supports_progress_requests(client: &EtcdClient) -> bool {
+    let create = WatchCreateRequest {
+        key: b"/rkube-probe".to_vec(),
+        ..Default::default()
+    };
+    let Ok(Ok((_tx, mut rx))) = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.watch_duplex(vec![WatchRequest::create(create)]),
+    )
+    .await
+    else {
+        return false;
+    };
+    matches!(tokio::time::timeout(Duration::from_secs(1), rx.next()).await, Ok(Some(Ok(r))) if r.created)
+}
+
+async fn wait_for_storage(client: &EtcdClient, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let last_err = match client.status().await {
+            Ok(_) => return Ok(()),
+            Err(e) => e.to_string(),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "storage at {} unreachable for {:?}: {last_err}",
+                client.endpoints().join(","),
+                timeout
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownToken,
+) -> anyhow::Result<()> {
+    let client = EtcdClient::new(&config.etcd_servers).context("etcd client")?;
+    wait_for_storage(&client, config.storage_timeout).await?;
+    let duplex = match config.progress_requests {
+        Some(v) => v,
+        None => supports_progress_requests(&client).await,
+    };
+    tracing::info!(servers = ?config.etcd_servers, progress_requests = duplex, "connected to storage");
+    let storage = Arc::new(Storage::new(client.clone()));
+    let registry = rkube_daemon::metrics::Registry::new();
+    let metrics = Arc::new(metrics::ApiMetrics::new(registry.clone()));
+
+    let mut registries = HashMap::new();
+    let mut caches: Vec<Arc<Cacher>> = Vec::new();
+    for def in RESOURCES {
+        let cache = def.watch_cached.then(|| {
+            let c = Cacher::new(
+                def,
+                &config.etcd_prefix,
+                storage.clone(),
+                config.cache.clone(),
+                duplex,
+            );
+            tokio::spawn(cache::feed::run(c.clone(), shutdown.clone()));
+            caches.push(c.clone());
+            c
+        });
+        let ttl = (def.kind == "Event").then_some(config.event_ttl);
+        let reg = Arc::new(Registry {
+            def,
+            storage: storage.clone(),
+            cache,
+            etcd_prefix: config.etcd_prefix.clone(),
+            ttl,
+        });
+        registries.insert((def.group, def.plural), reg);
+    }
+    register_gauges(&registry, &caches);
+    let registries = Arc::new(registries);
+    bootstrap_namespaces(&registries).await?;
+
+    tokio::spawn(bookmarks(caches.clone(), shutdown.clone()));
+    if !config.compaction_interval.is_zero() {
+        tokio::spawn(compactor::run(
+            client.clone(),
+            config.compaction_interval,
+            shutdown.clone(),
+        ));
+    }
+    let ready = Ready::default();
+    {
+        let (ready, caches, shutdown) = (ready.clone(), caches.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                ready.set(caches.iter().all(|c| c.is_ready()));
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        });
+    }
+    let state = ApiState {
+        registries,
+        metrics,
+        shutdown: shutdown.clone(),
+        ready: ready.clone(),
+    };
+    let app = Router::new()
+        .route("/version", get(version))
+        .merge(rkube_daemon::health::router(registry, ready).with_state(()))
+        .fallback(http::fallback)
+        .with_state(state);
+    tracing::info!(addr = %listener.local_addr()?, "rkube-apiserver serving");
+    axum::serve(rkube_daemon::nodelay(listener), app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+async fn version(State(_): State<ApiState>) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "major": KUBE_VERSION.0,
+        "minor": KUBE_VERSION.1,
+        "gitVersion": KUBE_VERSION.2,
+        "gitCommit": "rkube",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": "linux/amd64",
+    }))
+}
+
+fn register_gauges(registry: &rkube_daemon::metrics::Registry, caches: &[Arc<Cacher>]) {
+    for c in caches {
+        let c2 = c.clone();
+        registry.gauge_fn(
+            "apiserver_watch_cache_objects",
+            "Objects in the watch cache.",
+            &[("resource", c.def.plural)],
+            move || c2.len() as f64,
+        );
+        let c2 = c.clone();
+        registry.gauge_fn(
+            "apiserver_watch_cache_resource_version",
+            "The watch cache's resourceVersion.",
+            &[("resource", c.def.plural)],
+            move || c2.resource_version() as f64,
+        );
+        let c2 = c.clone();
+        registry.gauge_fn(
+            "apiserver_watch_cache_watchers",
+            "Watchers served from the cache.",
+            &[("resource", c.def.plural)],
+            move || c2.watcher_count() as f64,
+        );
+    }
+    registry.gauge_fn(
+        "process_resident_memory_bytes",
+        "Resident set size.",
+        &[],
+        || rkube_daemon::metrics::process_rss_bytes() as f64,
+    );
+}
+
+/// Namespaces every cluster starts with.
+async fn bootstrap_namespaces(
+    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+) -> anyhow::Result<()> {
+    let ns = registries
+        .get(&("", "namespaces"))
+        .context("namespaces registry")?;
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        match ns.create("", obj, false).await {
+            Ok(_) => tracing::info!(namespace = name, "created namespace"),
+            Err(e) if e.code() == 409 => {}
+            Err(e) => anyhow::bail!("creating namespace {name}: {}", e.status().message),
+        }
+    }
+    Ok(())
+}
+
+/// Sends due bookmarks about every second; with storage that answers progress requests, asks
+/// for progress first so idle resources' versions keep up with the cluster.
+async fn bookmarks(caches: Vec<Arc<Cacher>>, shutdown: ShutdownToken) {
+    loop {
+        let jitter = Duration::from_millis(1000 + rand::random::<u64>() % 250);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(jitter) => {}
+        }
+        for c in &caches {
+            if c.bookmark_tick() && c.duplex {
+                c.request_progress().await;
+            }
+        }
+    }
+}

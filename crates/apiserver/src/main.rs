@@ -1,0 +1,58 @@
+//! `rkube-apiserver`: parses upstream-style flags and runs the API server.
+
+use anyhow::Context;
+use clap::Parser;
+use rkube_daemon::GoDuration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rkube-apiserver",
+    version,
+    about = "The Kubernetes API server of rkube"
+)]
+struct Flags {
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: String,
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// Storage endpoints (rkube-store or etcd), comma-separated.
+    #[arg(
+        long,
+        env = "RKUBE_ETCD_SERVERS",
+        default_value = "http://127.0.0.1:2379",
+        value_delimiter = ','
+    )]
+    etcd_servers: Vec<String>,
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
+    /// Give up if storage is unreachable this long at startup.
+    #[arg(long, default_value = "30s")]
+    storage_startup_timeout: GoDuration,
+    #[arg(long, default_value = "1h")]
+    event_ttl: GoDuration,
+    #[arg(long, default_value = "5m")]
+    etcd_compaction_interval: GoDuration,
+    #[arg(long, default_value = "75s")]
+    watch_cache_history_window: GoDuration,
+    #[arg(long, default_value = "60s")]
+    watch_bookmark_interval: GoDuration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    rkube_daemon::init_tracing();
+    let f = Flags::parse();
+    let mut config = rkube_apiserver::Config::new(f.etcd_servers);
+    config.etcd_prefix = f.etcd_prefix;
+    config.storage_timeout = f.storage_startup_timeout.into();
+    config.event_ttl = f.event_ttl.into();
+    config.compaction_interval = f.etcd_compaction_interval.into();
+    config.cache.history_window = f.watch_cache_history_window.into();
+    config.cache.bookmark_interval = f.watch_bookmark_interval.into();
+    let addr = format!("{}:{}", f.bind_address, f.secure_port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("listen on {addr}"))?;
+    let shutdown = rkube_daemon::shutdown_token();
+    rkube_apiserver::run(config, listener, shutdown).await
+}

@@ -1,0 +1,232 @@
+//! etcd3 storage for the registry, over `rkube-etcd-api` (so the same code runs on
+//! rkube-store and on a real etcd): CAS creates, updates and deletes in upstream's Txn shapes,
+//! paged ranges, the current revision, a lease manager for TTL objects (Events) and the
+//! compactor. Values are stored without `metadata.resourceVersion`; the RV is `mod_revision`.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rkube_etcd_api::*;
+
+/// One stored value and its revision.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+}
+
+impl Stored {
+    fn from_kv(kv: KeyValue) -> Self {
+        Stored {
+            key: kv.key,
+            value: kv.value,
+            mod_revision: kv.mod_revision,
+        }
+    }
+}
+
+/// One page of a range.
+pub struct Page {
+    pub items: Vec<Stored>,
+    /// The revision the page was read at.
+    pub rev: i64,
+    /// More keys follow in the range.
+    pub more: bool,
+    /// Keys in `[start, end)` at that revision, limit aside.
+    pub count: i64,
+}
+
+/// The outcome of a compare-and-swap write.
+pub enum Cas {
+    /// Written at this revision.
+    Done(i64),
+    /// The key had moved on; here is what it holds now (`None`: it is gone).
+    Stale(Option<Stored>),
+}
+
+pub struct Storage {
+    pub client: EtcdClient,
+    leases: Mutex<LeaseCache>,
+}
+
+#[derive(Default)]
+struct LeaseCache {
+    /// (lease id, TTL it was granted with, when it was granted, objects attached)
+    current: Option<(i64, i64, Instant, usize)>,
+}
+
+/// Upstream's lease reuse window bounds (`etcd3/lease_manager.go`).
+const LEASE_REUSE_MAX: Duration = Duration::from_secs(60);
+const LEASE_MAX_OBJECTS: usize = 1000;
+
+impl Storage {
+    pub fn new(client: EtcdClient) -> Self {
+        Storage {
+            client,
+            leases: Mutex::new(LeaseCache::default()),
+        }
+    }
+
+    pub async fn get(&self, key: &str) -> Result<(Option<Stored>, i64), EtcdError> {
+        let resp = self
+            .client
+            .range(&RangeRequest {
+                key: key.as_bytes().to_vec(),
+                ..Default::default()
+            })
+            .await?;
+        let rev = resp.header.map(|h| h.revision).unwrap_or(0);
+        Ok((resp.kvs.into_iter().next().map(Stored::from_kv), rev))
+    }
+
+    /// The store's current revision (a count-only range, as `GetCurrentResourceVersion`).
+    pub async fn current_revision(&self, prefix: &str) -> Result<i64, EtcdError> {
+        let resp = self
+            .client
+            .range(&RangeRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: prefix_range_end(prefix.as_bytes()),
+                count_only: true,
+                ..Default::default()
+            })
+            .await?;
+        Ok(resp.header.map(|h| h.revision).unwrap_or(0))
+    }
+
+    /// `[start, prefix_end)` at `revision` (0 = current), at most `limit` keys (0 = all).
+    pub async fn list(
+        &self,
+        prefix: &str,
+        start: &str,
+        revision: i64,
+        limit: i64,
+    ) -> Result<Page, EtcdError> {
+        let resp = self
+            .client
+            .range(&RangeRequest {
+                key: start.as_bytes().to_vec(),
+                range_end: prefix_range_end(prefix.as_bytes()),
+                revision,
+                limit,
+                ..Default::default()
+            })
+            .await?;
+        let header_rev = resp.header.map(|h| h.revision).unwrap_or(0);
+        let rev = if revision > 0 { revision } else { header_rev };
+        Ok(Page {
+            items: resp.kvs.into_iter().map(Stored::from_kv).collect(),
+            rev,
+            more: resp.more,
+            count: resp.count,
+        })
+    }
+
+    /// `Txn(If mod_revision(key)==0 Then Put)`: `Ok(Some(rev))`, or `Ok(None)` if the key exists.
+    pub async fn create(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: i64,
+    ) -> Result<Option<i64>, EtcdError> {
+        let k = key.as_bytes().to_vec();
+        let txn = TxnRequest {
+            compare: vec![Compare::mod_revision(k.clone(), CompareResult::Equal, 0)],
+            success: vec![RequestOp::put(PutRequest {
+                key: k,
+                value,
+                lease,
+                ..Default::default()
+            })],
+            failure: vec![],
+        };
+        let resp = self.client.txn(&txn).await?;
+        Ok(resp
+            .succeeded
+            .then(|| resp.header.map(|h| h.revision).unwrap_or(0)))
+    }
+
+    /// `Txn(If mod_revision(key)==rev Then Put Else Range)`.
+    pub async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        rev: i64,
+        lease: i64,
+    ) -> Result<Cas, EtcdError> {
+        let k = key.as_bytes().to_vec();
+        let txn = TxnRequest {
+            compare: vec![Compare::mod_revision(k.clone(), CompareResult::Equal, rev)],
+            success: vec![RequestOp::put(PutRequest {
+                key: k.clone(),
+                value,
+                lease,
+                ..Default::default()
+            })],
+            failure: vec![RequestOp::range(RangeRequest {
+                key: k,
+                ..Default::default()
+            })],
+        };
+        self.cas(txn).await
+    }
+
+    /// `Txn(If mod_revision(key)==rev Then Delete Else Range)`.
+    pub async fn delete(&self, key: &str, rev: i64) -> Result<Cas, EtcdError> {
+        let k = key.as_bytes().to_vec();
+        let txn = TxnRequest {
+            compare: vec![Compare::mod_revision(k.clone(), CompareResult::Equal, rev)],
+            success: vec![RequestOp::delete_range(DeleteRangeRequest {
+                key: k.clone(),
+                ..Default::default()
+            })],
+            failure: vec![RequestOp::range(RangeRequest {
+                key: k,
+                ..Default::default()
+            })],
+        };
+        self.cas(txn).await
+    }
+
+    async fn cas(&self, txn: TxnRequest) -> Result<Cas, EtcdError> {
+        let resp = self.client.txn(&txn).await?;
+        if resp.succeeded {
+            return Ok(Cas::Done(resp.header.map(|h| h.revision).unwrap_or(0)));
+        }
+        let current = resp
+            .responses
+            .into_iter()
+            .next()
+            .and_then(|r| r.response_range)
+            .and_then(|r| r.kvs.into_iter().next())
+            .map(Stored::from_kv);
+        Ok(Cas::Stale(current))
+    }
+
+    /// A lease for an object that should live `ttl` seconds, reusing a recent one as upstream
+    /// does: an object lives between `ttl` and `ttl + min(5% of ttl, 60s)`.
+    pub async fn lease_for(&self, ttl: i64) -> Result<i64, EtcdError> {
+        let reuse = Duration::from_secs_f64((ttl as f64 * 0.05).min(LEASE_REUSE_MAX.as_secs_f64()));
+        {
+            let mut cache = self.leases.lock().unwrap();
+            if let Some((id, lease_ttl, granted, n)) = &mut cache.current {
+                let expiry = *granted + Duration::from_secs(*lease_ttl as u64);
+                let wanted = Instant::now() + Duration::from_secs(ttl as u64);
+                if wanted < expiry && wanted + reuse > expiry && *n < LEASE_MAX_OBJECTS {
+                    *n += 1;
+                    return Ok(*id);
+                }
+            }
+        }
+        let granted_ttl = ttl + reuse.as_secs() as i64;
+        let resp = self
+            .client
+            .lease_grant(&LeaseGrantRequest {
+                ttl: granted_ttl,
+                id: 0,
+            })
+            .await?;
+        self.leases.lock().unwrap().current = Some((resp.id, resp.ttl, Instant::now(), 1));
+        Ok(resp.id)
+    }
+}

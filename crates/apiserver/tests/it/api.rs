@@ -1,0 +1,581 @@
+//! CRUD, metadata, strategies, optimistic concurrency, lists and deletion.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::cases;
+use crate::harness::*;
+
+async fn create_get_and_metadata(c: &Cluster) {
+    let (code, p) = c
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &pod("web", json!({"app": "web"})),
+        )
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["metadata"]["generation"], 1);
+    assert_eq!(p["metadata"]["uid"].as_str().unwrap().len(), 36);
+    assert!(p["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    assert!(rv_of(&p) > 0);
+    assert_eq!(p["spec"]["restartPolicy"], "Always");
+    assert_eq!(p["spec"]["schedulerName"], "default-scheduler");
+    assert_eq!(
+        p["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+    let (code, got) = c.get("/api/v1/namespaces/default/pods/web").await;
+    assert_eq!(code, 200);
+    assert_eq!(got, p, "GET returns what create returned");
+    // The RV is never stored in the value.
+    let raw = rkube_etcd_api::EtcdClient::new(std::slice::from_ref(&c.storage_url)).unwrap();
+    let kv = raw
+        .range(&rkube_etcd_api::RangeRequest {
+            key: b"/registry/pods/default/web".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let stored: Value = serde_json::from_slice(&kv.kvs[0].value).unwrap();
+    assert!(stored["metadata"].get("resourceVersion").is_none());
+    assert_eq!(kv.kvs[0].mod_revision as u64, rv_of(&p));
+
+    let (code, e) = c
+        .post("/api/v1/namespaces/default/pods", &pod("web", json!({})))
+        .await;
+    assert_eq!((code, e["reason"].as_str()), (409, Some("AlreadyExists")));
+    assert_eq!(e["message"], "pods \"web\" already exists");
+    assert_eq!(e["details"], json!({"name": "web", "kind": "pods"}));
+
+    let mut g = pod("", json!({}));
+    g["metadata"]["generateName"] = json!("web-");
+    let (code, gen) = c.post("/api/v1/namespaces/default/pods", &g).await;
+    assert_eq!(code, 201);
+    let name = gen["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+    assert!(name[4..]
+        .bytes()
+        .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)));
+
+    let (code, e) = c.get("/api/v1/namespaces/default/pods/missing").await;
+    assert_eq!(
+        (code, e["reason"].as_str(), e["message"].as_str()),
+        (404, Some("NotFound"), Some("pods \"missing\" not found"))
+    );
+    let (code, _) = c.get("/api/v1/namespaces/default/widgets").await;
+    assert_eq!(code, 404);
+}
+
+async fn bad_input_is_refused(c: &Cluster) {
+    let mut bad = pod("Bad_Name", json!({}));
+    let (code, e) = c.post("/api/v1/namespaces/default/pods", &bad).await;
+    assert_eq!((code, e["reason"].as_str()), (422, Some("Invalid")), "{e}");
+    assert_eq!(e["details"]["causes"][0]["field"], "metadata.name");
+    bad["metadata"]["name"] = json!("ok");
+    bad["spec"]["containers"] = json!([]);
+    let (code, e) = c.post("/api/v1/namespaces/default/pods", &bad).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        e["message"],
+        "Pod \"ok\" is invalid: spec.containers: Required value"
+    );
+    let (code, e) = c
+        .req("POST", "/api/v1/namespaces/default/pods", None, "")
+        .await;
+    assert_eq!(code, 400, "{e}");
+    let resp = c
+        .http
+        .post(format!("{}/api/v1/namespaces/default/pods", c.base))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let mut other_ns = pod("x", json!({}));
+    other_ns["metadata"]["namespace"] = json!("kube-system");
+    let (code, e) = c.post("/api/v1/namespaces/default/pods", &other_ns).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        e["message"],
+        "the namespace of the provided object does not match the namespace sent on the request"
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
+    let (code, _) = c.post("/api/v1/namespaces/default/pods", &cm).await;
+    assert_eq!(code, 400, "a ConfigMap posted to pods");
+    let mut with_rv = pod("x", json!({}));
+    with_rv["metadata"]["resourceVersion"] = json!("5");
+    let (code, e) = c.post("/api/v1/namespaces/default/pods", &with_rv).await;
+    assert_eq!(
+        (code, e["message"].as_str()),
+        (
+            500,
+            Some("resourceVersion should not be set on objects to be created")
+        )
+    );
+    let (code, e) = c.get("/api/v1/pods?fieldSelector=spec.nope%3Dx").await;
+    assert_eq!(
+        (code, e["message"].as_str()),
+        (400, Some("field label not supported: spec.nope"))
+    );
+    let (code, e) = c.get("/api/v1/pods?resourceVersionMatch=Exact").await;
+    assert_eq!(code, 422, "{e}");
+    let (code, _) = c.get("/api/v1/pods?labelSelector=a%20in%20(").await;
+    assert_eq!(code, 400);
+    // Nothing above was stored.
+    let (_, list) = c.get("/api/v1/namespaces/default/pods").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 0);
+}
+
+async fn optimistic_concurrency(c: &Cluster) {
+    let (_, p) = c
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &pod("cas", json!({"v": "1"})),
+        )
+        .await;
+    let stale = rv_of(&p);
+    let mut upd = p.clone();
+    upd["metadata"]["labels"]["v"] = json!("2");
+    let (code, p2) = c.put("/api/v1/namespaces/default/pods/cas", &upd).await;
+    assert_eq!(code, 200, "{p2}");
+    assert!(rv_of(&p2) > stale);
+    let (code, e) = c.put("/api/v1/namespaces/default/pods/cas", &upd).await;
+    assert_eq!(code, 409);
+    assert_eq!(
+        e,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on pods \"cas\": the object has been modified; please apply your changes to the latest version and try again","reason":"Conflict","details":{"name":"cas","kind":"pods"},"code":409})
+    );
+    // An empty RV is an unconditional update for pods.
+    let mut unconditional = p2.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    unconditional["metadata"]["labels"]["v"] = json!("3");
+    let (code, p3) = c
+        .put("/api/v1/namespaces/default/pods/cas", &unconditional)
+        .await;
+    assert_eq!(code, 200, "{p3}");
+    // A no-op update writes nothing.
+    let (code, p4) = c.put("/api/v1/namespaces/default/pods/cas", &p3).await;
+    assert_eq!(code, 200);
+    assert_eq!(rv_of(&p4), rv_of(&p3), "no-op update must not bump the RV");
+    // The main resource ignores status; /status ignores spec.
+    let mut s = p3.clone();
+    s["status"]["phase"] = json!("Running");
+    let (_, after) = c.put("/api/v1/namespaces/default/pods/cas", &s).await;
+    assert_eq!(after["status"]["phase"], "Pending");
+    s["metadata"]["resourceVersion"] = after["metadata"]["resourceVersion"].clone();
+    s["spec"]["containers"][0]["image"] = json!("nginx:9");
+    let (code, st) = c
+        .put("/api/v1/namespaces/default/pods/cas/status", &s)
+        .await;
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(st["status"]["phase"], "Running");
+    assert_eq!(st["spec"]["containers"][0]["image"], "nginx:1.14.2");
+    // UID precondition in the body.
+    let mut wrong_uid = st.clone();
+    wrong_uid["metadata"]["uid"] = json!("00000000-0000-4000-8000-000000000000");
+    let (code, _) = c
+        .put("/api/v1/namespaces/default/pods/cas", &wrong_uid)
+        .await;
+    assert_eq!(code, 409);
+}
+
+async fn deployments_and_scale(c: &Cluster) {
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx-deployment"},
+        "spec": {"selector": {"matchLabels": {"app": "nginx"}}, "template": {"metadata": {"labels": {"app": "nginx"}},
+        "spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2", "ports": [{"containerPort": 80}]}]}}}});
+    let (code, d) = c
+        .post("/apis/apps/v1/namespaces/default/deployments", &d)
+        .await;
+    assert_eq!(code, 201, "{d}");
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(
+        d["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+    );
+    assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(d["spec"]["progressDeadlineSeconds"], 600);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        30
+    );
+    let (code, d2) = c.merge_patch("/apis/apps/v1/namespaces/default/deployments/nginx-deployment", &json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.16.1"}]}}}})).await;
+    assert_eq!(code, 200, "{d2}");
+    assert_eq!(
+        d2["metadata"]["generation"], 2,
+        "a spec change bumps generation"
+    );
+    let (code, d3) = c
+        .merge_patch(
+            "/apis/apps/v1/namespaces/default/deployments/nginx-deployment/status",
+            &json!({"status": {"replicas": 1}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{d3}");
+    assert_eq!(d3["metadata"]["generation"], 2, "a status change does not");
+    let (code, scale) = c
+        .get("/apis/apps/v1/namespaces/default/deployments/nginx-deployment/scale")
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 1);
+    assert_eq!(scale["status"]["selector"], "app=nginx");
+    let (code, scaled) = c
+        .merge_patch(
+            "/apis/apps/v1/namespaces/default/deployments/nginx-deployment/scale",
+            &json!({"spec": {"replicas": 5}}),
+        )
+        .await;
+    assert_eq!(
+        (code, scaled["spec"]["replicas"].as_i64()),
+        (200, Some(5)),
+        "{scaled}"
+    );
+    let (_, d4) = c
+        .get("/apis/apps/v1/namespaces/default/deployments/nginx-deployment")
+        .await;
+    assert_eq!(d4["spec"]["replicas"], 5);
+    let bad = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+    let (code, e) = c
+        .post("/apis/apps/v1/namespaces/default/deployments", &bad)
+        .await;
+    assert_eq!(code, 422);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("`selector` does not match template `labels`"),
+        "{e}"
+    );
+    // dryRun=All changes nothing.
+    let dry = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dry"}});
+    let (code, _) = c
+        .post("/api/v1/namespaces/default/configmaps?dryRun=All", &dry)
+        .await;
+    assert_eq!(code, 201);
+    let (code, _) = c.get("/api/v1/namespaces/default/configmaps/dry").await;
+    assert_eq!(code, 404);
+}
+
+async fn pagination_is_consistent(c: &Cluster) {
+    for i in 0..25 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i:02}")}});
+        assert_eq!(
+            c.post("/api/v1/namespaces/default/configmaps", &cm).await.0,
+            201
+        );
+    }
+    let (code, page1) = c
+        .get("/api/v1/namespaces/default/configmaps?limit=10")
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(page1["items"].as_array().unwrap().len(), 10);
+    assert_eq!(page1["metadata"]["remainingItemCount"], 15);
+    let list_rv = page1["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Writes between pages do not show up in later pages.
+    let late = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm-99"}});
+    let (_, late) = c.post("/api/v1/namespaces/default/configmaps", &late).await;
+    let mut names: Vec<String> = page1["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut token = page1["metadata"]["continue"].as_str().unwrap().to_string();
+    loop {
+        let (code, page) = c
+            .get(&format!(
+                "/api/v1/namespaces/default/configmaps?limit=10&continue={token}"
+            ))
+            .await;
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(
+            page["metadata"]["resourceVersion"].as_str().unwrap(),
+            list_rv,
+            "every page has the first page's RV"
+        );
+        names.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+        );
+        match page["metadata"]["continue"].as_str() {
+            Some(t) if !t.is_empty() => token = t.to_string(),
+            _ => {
+                assert!(page["metadata"].get("remainingItemCount").is_none());
+                break;
+            }
+        }
+    }
+    let want: Vec<String> = (0..25).map(|i| format!("cm-{i:02}")).collect();
+    assert_eq!(names, want);
+    let (code, e) = c
+        .get("/api/v1/namespaces/default/configmaps?limit=1&continue=!!!")
+        .await;
+    assert_eq!(code, 400, "{e}");
+    // NotOlderThan the last write sees it.
+    let (_, all) = c.get(&format!("/api/v1/namespaces/default/configmaps?resourceVersion={}&resourceVersionMatch=NotOlderThan", rv_of(&late))).await;
+    assert_eq!(all["items"].as_array().unwrap().len(), 26);
+    // RV=0 ignores limit (served from the cache as it is; it has caught up by now).
+    let (_, any) = c
+        .get("/api/v1/namespaces/default/configmaps?limit=5&resourceVersion=0")
+        .await;
+    assert_eq!(any["items"].as_array().unwrap().len(), 26);
+    // Label selector lists.
+    c.merge_patch(
+        "/api/v1/namespaces/default/configmaps/cm-03",
+        &json!({"metadata": {"labels": {"pick": "me"}}}),
+    )
+    .await;
+    let (_, sel) = c
+        .get("/api/v1/namespaces/default/configmaps?labelSelector=pick%3Dme")
+        .await;
+    assert_eq!(sel["items"].as_array().unwrap().len(), 1);
+    let (_, notsel) = c.get("/api/v1/configmaps?labelSelector=!pick").await;
+    assert_eq!(notsel["items"].as_array().unwrap().len(), 25);
+    // deletecollection with a selector.
+    let (code, _) = c
+        .delete(
+            "/api/v1/namespaces/default/configmaps?labelSelector=pick%3Dme",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (code, _) = c.get("/api/v1/namespaces/default/configmaps/cm-03").await;
+    assert_eq!(code, 404);
+}
+
+async fn graceful_deletion_and_finalizers(c: &Cluster) {
+    c.post("/api/v1/namespaces/default/pods", &pod("g", json!({})))
+        .await;
+    let bind = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "g"}, "target": {"kind": "Node", "name": "node-1"}});
+    let (code, s) = c
+        .post("/api/v1/namespaces/default/pods/g/binding", &bind)
+        .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["status"], "Success");
+    let (code, e) = c
+        .post("/api/v1/namespaces/default/pods/g/binding", &bind)
+        .await;
+    assert_eq!(code, 409);
+    assert_eq!(e["message"], "Operation cannot be fulfilled on pods/binding \"g\": pod g is already assigned to node \"node-1\"");
+    let (_, bound) = c.get("/api/v1/namespaces/default/pods/g").await;
+    assert_eq!(bound["spec"]["nodeName"], "node-1");
+    assert_eq!(bound["status"]["conditions"][0]["type"], "PodScheduled");
+    // A scheduled pod is deleted gracefully: it stays, with a deletion timestamp.
+    let (code, d) = c.delete("/api/v1/namespaces/default/pods/g", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 30);
+    assert!(d["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(c.get("/api/v1/namespaces/default/pods/g").await.0, 200);
+    // The kubelet's final delete: grace 0 with a UID precondition.
+    let uid = d["metadata"]["uid"].as_str().unwrap();
+    let (code, e) = c.delete("/api/v1/namespaces/default/pods/g", Some(&json!({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0, "preconditions": {"uid": "wrong"}}))).await;
+    assert_eq!(code, 409, "{e}");
+    let (code, _) = c
+        .delete(
+            "/api/v1/namespaces/default/pods/g",
+            Some(&json!({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(c.get("/api/v1/namespaces/default/pods/g").await.0, 404);
+    // Finalizers block removal until the update that clears the last one.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fin", "finalizers": ["example.com/hold"]}});
+    c.post("/api/v1/namespaces/default/configmaps", &cm).await;
+    let (code, held) = c
+        .delete("/api/v1/namespaces/default/configmaps/fin", None)
+        .await;
+    assert_eq!(code, 200);
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    assert_eq!(
+        c.get("/api/v1/namespaces/default/configmaps/fin").await.0,
+        200
+    );
+    let (code, _) = c
+        .merge_patch(
+            "/api/v1/namespaces/default/configmaps/fin",
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        c.get("/api/v1/namespaces/default/configmaps/fin").await.0,
+        404
+    );
+    // Foreground deletion adds the foregroundDeletion finalizer; orphan adds orphan.
+    let cm2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fg"}});
+    c.post("/api/v1/namespaces/default/configmaps", &cm2).await;
+    let (_, fg) = c
+        .delete(
+            "/api/v1/namespaces/default/configmaps/fg?propagationPolicy=Foreground",
+            None,
+        )
+        .await;
+    assert_eq!(
+        fg["metadata"]["finalizers"],
+        json!(["foregroundDeletion"]),
+        "{fg}"
+    );
+    // A plain delete of something without finalizers returns a Status.
+    let cm3 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}});
+    let (_, created) = c.post("/api/v1/namespaces/default/configmaps", &cm3).await;
+    let (code, st) = c
+        .delete("/api/v1/namespaces/default/configmaps/plain", None)
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(st["kind"], "Status");
+    assert_eq!(st["details"]["uid"], created["metadata"]["uid"]);
+}
+
+async fn expire_events(c: &Cluster) {
+    let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "x", "namespace": "default"}, "reason": "Test", "message": "m", "type": "Normal"});
+    let (code, e) = c.post("/api/v1/namespaces/default/events", &ev).await;
+    assert_eq!(code, 201, "{e}");
+    let (_, listed) = c
+        .get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dx")
+        .await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if c.get("/api/v1/namespaces/default/events/e1").await.0 == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "event did not expire through its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await; // polling interval
+    }
+}
+
+async fn two_apiservers_share_storage(c: &Cluster) {
+    // A second apiserver on the same storage serves consistent reads of the first one's writes.
+    let mut cfg = rkube_apiserver::Config::new(vec![c.storage_url.clone()]);
+    cfg.storage_timeout = Duration::from_secs(20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = rkube_daemon::ShutdownToken::new();
+    tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
+    let b = format!("http://{addr}");
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while http
+        .get(format!("{b}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+    }
+    for i in 0..5 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("ha-{i}")}});
+        let (code, created) = c.post("/api/v1/namespaces/default/configmaps", &cm).await;
+        assert_eq!(code, 201);
+        let list: Value = http
+            .get(format!("{b}/api/v1/namespaces/default/configmaps"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|it| it["metadata"]["name"] == created["metadata"]["name"]),
+            "B's consistent list misses A's write"
+        );
+        let got: Value = http
+            .get(format!("{b}/api/v1/namespaces/default/configmaps/ha-{i}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            got["metadata"]["resourceVersion"],
+            created["metadata"]["resourceVersion"]
+        );
+    }
+    stop.cancel();
+}
+
+async fn too_large_resource_version(c: &Cluster) {
+    let resp = c
+        .http
+        .get(format!(
+            "{}/api/v1/namespaces/default/pods?resourceVersion=999999",
+            c.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 504);
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["reason"], "Timeout");
+    assert_eq!(
+        e["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Timeout: Too large resource version: 999999, current: "),
+        "{e}"
+    );
+}
+
+cases! {
+    create_get_and_metadata, create_get_and_metadata_rkube, create_get_and_metadata_etcd;
+    bad_input_is_refused, bad_input_is_refused_rkube, bad_input_is_refused_etcd;
+    optimistic_concurrency, optimistic_concurrency_rkube, optimistic_concurrency_etcd;
+    deployments_and_scale, deployments_and_scale_rkube, deployments_and_scale_etcd;
+    pagination_is_consistent, pagination_is_consistent_rkube, pagination_is_consistent_etcd;
+    graceful_deletion_and_finalizers, graceful_deletion_and_finalizers_rkube, graceful_deletion_and_finalizers_etcd;
+    two_apiservers_share_storage, two_apiservers_share_storage_rkube, two_apiservers_share_storage_etcd;
+    too_large_resource_version, too_large_resource_version_rkube, too_large_resource_version_etcd;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_expire_rkube() {
+    let c = Cluster::start(Backend::Rkube, |cfg| cfg.event_ttl = Duration::from_secs(1))
+        .await
+        .unwrap();
+    expire_events(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_expire_etcd() {
+    if let Some(c) =
+        Cluster::start(Backend::Etcd, |cfg| cfg.event_ttl = Duration::from_secs(1)).await
+    {
+        expire_events(&c).await;
+    }
+}

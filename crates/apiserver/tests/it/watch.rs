@@ -1,0 +1,324 @@
+//! Watch semantics: start points, selector transitions, the in-stream 410, bookmarks that
+//! advance with other resources' writes, streaming lists, and resuming after a restart.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::cases;
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(10);
+
+async fn watch_from_rv_and_transitions(c: &Cluster) {
+    let (_, a) = c
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &pod("a", json!({"app": "x"})),
+        )
+        .await;
+    let rv = rv_of(&a);
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}&labelSelector=app%3Dy"
+        ))
+        .await;
+    assert_eq!(w.status, 200);
+    let mut all = c
+        .watch(&format!(
+            "/api/v1/watch/namespaces/default/pods?resourceVersion={rv}"
+        ))
+        .await;
+    // Start at Exact: the first event is strictly after rv.
+    c.merge_patch(
+        "/api/v1/namespaces/default/pods/a",
+        &json!({"metadata": {"labels": {"app": "y"}}}),
+    )
+    .await;
+    let ev = w.next(T).await.expect("ADDED on entering the selector");
+    assert_eq!(ev["type"], "ADDED");
+    assert!(rv_of(&ev["object"]) > rv);
+    let ev = all.next(T).await.unwrap();
+    assert_eq!(ev["type"], "MODIFIED");
+    c.merge_patch(
+        "/api/v1/namespaces/default/pods/a",
+        &json!({"metadata": {"labels": {"extra": "1"}}}),
+    )
+    .await;
+    assert_eq!(w.next(T).await.unwrap()["type"], "MODIFIED");
+    let (_, left) = c
+        .merge_patch(
+            "/api/v1/namespaces/default/pods/a",
+            &json!({"metadata": {"labels": {"app": "z"}}}),
+        )
+        .await;
+    let ev = w.next(T).await.unwrap();
+    assert_eq!(ev["type"], "DELETED", "leaving the selector is a DELETED");
+    assert_eq!(
+        rv_of(&ev["object"]),
+        rv_of(&left),
+        "carrying the new event's RV"
+    );
+    assert_eq!(
+        ev["object"]["metadata"]["labels"]["app"], "y",
+        "and the old object"
+    );
+    let (_, gone) = c.delete("/api/v1/namespaces/default/pods/a", None).await;
+    let ev = all.until(T, |e| e["type"] == "DELETED").await;
+    assert_eq!(ev["object"]["metadata"]["name"], "a");
+    assert!(rv_of(&ev["object"]) >= rv_of(&gone));
+    // A watch with RV=0 starts with the current state as ADDED.
+    c.post("/api/v1/namespaces/default/pods", &pod("b", json!({})))
+        .await;
+    let mut w0 = c
+        .watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=0")
+        .await;
+    let ev = w0.next(T).await.unwrap();
+    assert_eq!(
+        (
+            ev["type"].as_str(),
+            ev["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("b"))
+    );
+    // A watch on one name.
+    let mut one = c
+        .watch("/api/v1/namespaces/default/pods?watch=1&fieldSelector=metadata.name%3Db")
+        .await;
+    assert_eq!(
+        one.next(T).await.unwrap()["object"]["metadata"]["name"],
+        "b"
+    );
+}
+
+async fn node_watch_sees_binding_as_added(c: &Cluster) {
+    let mut kubelet = c
+        .watch("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-7")
+        .await;
+    c.post("/api/v1/namespaces/default/pods", &pod("p", json!({})))
+        .await;
+    c.post("/api/v1/namespaces/default/pods", &pod("q", json!({})))
+        .await;
+    let bind = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "node-7"}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/pods/p/binding", &bind)
+            .await
+            .0,
+        201
+    );
+    let ev = kubelet.next(T).await.unwrap();
+    assert_eq!(
+        (
+            ev["type"].as_str(),
+            ev["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("p"))
+    );
+    assert_eq!(ev["object"]["spec"]["nodeName"], "node-7");
+}
+
+async fn bookmarks_follow_other_resources(c: &Cluster) {
+    let (_, p) = c
+        .post("/api/v1/namespaces/default/pods", &pod("idle", json!({})))
+        .await;
+    let rv = rv_of(&p);
+    let mut w = c.watch(&format!("/api/v1/pods?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&fieldSelector=spec.nodeName%3Dnowhere")).await;
+    // Only other resources change.
+    let mut last = 0;
+    for i in 0..3 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("other-{i}")}});
+        let (_, created) = c.post("/api/v1/namespaces/default/configmaps", &cm).await;
+        last = rv_of(&created);
+    }
+    let bm = w
+        .until(Duration::from_secs(15), |e| {
+            e["type"] == "BOOKMARK" && rv_of(&e["object"]) >= last
+        })
+        .await;
+    assert_eq!(bm["object"]["kind"], "Pod");
+    assert_eq!(bm["object"]["apiVersion"], "v1");
+    assert_eq!(
+        bm["object"]["metadata"].as_object().unwrap().len(),
+        1,
+        "only resourceVersion: {bm}"
+    );
+    // Resuming from the bookmark gets no repeats and misses nothing.
+    let bm_rv = rv_of(&bm["object"]);
+    let mut resumed = c
+        .watch(&format!("/api/v1/pods?watch=1&resourceVersion={bm_rv}"))
+        .await;
+    c.post("/api/v1/namespaces/default/pods", &pod("after", json!({})))
+        .await;
+    let ev = resumed.next(T).await.unwrap();
+    assert_eq!(ev["object"]["metadata"]["name"], "after");
+}
+
+async fn streaming_list(c: &Cluster) {
+    for n in ["s1", "s2", "s3"] {
+        c.post("/api/v1/namespaces/default/pods", &pod(n, json!({})))
+            .await;
+    }
+    let mut w = c.watch("/api/v1/namespaces/default/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true").await;
+    let mut names = Vec::new();
+    loop {
+        let ev = w
+            .next(T)
+            .await
+            .expect("initial events then the end bookmark");
+        if ev["type"] == "BOOKMARK" {
+            assert_eq!(
+                ev["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+                "true"
+            );
+            break;
+        }
+        assert_eq!(ev["type"], "ADDED");
+        names.push(
+            ev["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    names.sort();
+    assert_eq!(names, ["s1", "s2", "s3"]);
+    c.post("/api/v1/namespaces/default/pods", &pod("s4", json!({})))
+        .await;
+    assert_eq!(w.next(T).await.unwrap()["object"]["metadata"]["name"], "s4");
+    let (code, _) = c.get("/api/v1/pods?watch=1&sendInitialEvents=true").await;
+    assert_eq!(code, 422, "sendInitialEvents without resourceVersionMatch");
+}
+
+async fn expired_watch_is_an_in_stream_error(c: &Cluster) {
+    let (_, first) = c
+        .post("/api/v1/namespaces/default/pods", &pod("old", json!({})))
+        .await;
+    let old_rv = rv_of(&first);
+    for i in 0..10 {
+        c.merge_patch(
+            "/api/v1/namespaces/default/pods/old",
+            &json!({"metadata": {"labels": {"i": i.to_string()}}}),
+        )
+        .await;
+    }
+    // Once the cache has seen the last change, the old RV has left its short history.
+    let (_, cur) = c.get("/api/v1/namespaces/default/pods/old").await;
+    let last = rv_of(&cur);
+    let (code, _) = c.get(&format!("/api/v1/namespaces/default/pods?resourceVersion={last}&resourceVersionMatch=NotOlderThan")).await;
+    assert_eq!(code, 200);
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/namespaces/default/pods?watch=1&resourceVersion={old_rv}"
+        ))
+        .await;
+    assert_eq!(w.status, 200, "a too-old watch is HTTP 200");
+    let ev = w.next(T).await.unwrap();
+    assert_eq!(ev["type"], "ERROR");
+    assert_eq!(ev["object"]["code"], 410);
+    assert_eq!(ev["object"]["reason"], "Expired");
+    assert!(
+        ev["object"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("too old resource version: {old_rv} (")),
+        "{ev}"
+    );
+    assert!(
+        w.next(Duration::from_secs(2)).await.is_none(),
+        "the stream ends after the ERROR event"
+    );
+}
+
+async fn watch_resumes_across_apiserver_restart(c: &Cluster) {
+    let (_, p) = c
+        .post("/api/v1/namespaces/default/pods", &pod("r", json!({})))
+        .await;
+    let seen = rv_of(&p);
+    for i in 0..3 {
+        c.merge_patch(
+            "/api/v1/namespaces/default/pods/r",
+            &json!({"metadata": {"labels": {"i": i.to_string()}}}),
+        )
+        .await;
+    }
+    // A fresh apiserver (empty cache) on the same storage.
+    let mut cfg = rkube_apiserver::Config::new(vec![c.storage_url.clone()]);
+    cfg.storage_timeout = Duration::from_secs(20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = rkube_daemon::ShutdownToken::new();
+    tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
+    let http = reqwest::Client::new();
+    let b = format!("http://{addr}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while http
+        .get(format!("{b}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+    }
+    // Resuming from an RV the old apiserver handed out: the three changes, not 410.
+    let resp = http
+        .get(format!(
+            "{b}/api/v1/namespaces/default/pods?watch=1&resourceVersion={seen}"
+        ))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut buf = Vec::new();
+    let mut labels = Vec::new();
+    while labels.len() < 3 {
+        use futures_util::StreamExt;
+        let chunk = tokio::time::timeout(T, body.next())
+            .await
+            .expect("events after restart")
+            .unwrap()
+            .unwrap();
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let ev: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(ev["type"], "MODIFIED", "{ev}");
+            labels.push(
+                ev["object"]["metadata"]["labels"]["i"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    assert_eq!(labels, ["0", "1", "2"]);
+    stop.cancel();
+}
+
+cases! {
+    watch_from_rv_and_transitions, watch_from_rv_and_transitions_rkube, watch_from_rv_and_transitions_etcd;
+    node_watch_sees_binding_as_added, node_watch_sees_binding_as_added_rkube, node_watch_sees_binding_as_added_etcd;
+    bookmarks_follow_other_resources, bookmarks_follow_other_resources_rkube, bookmarks_follow_other_resources_etcd;
+    streaming_list, streaming_list_rkube, streaming_list_etcd;
+    watch_resumes_across_apiserver_restart, watch_resumes_across_apiserver_restart_rkube, watch_resumes_across_apiserver_restart_etcd;
+}
+
+/// A tiny history so that an old resourceVersion falls out of it.
+fn short_history(cfg: &mut rkube_apiserver::Config) {
+    cfg.cache.history_window = Duration::ZERO;
+    cfg.cache.min_history = 2;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_watch_rkube() {
+    let c = Cluster::start(Backend::Rkube, short_history).await.unwrap();
+    expired_watch_is_an_in_stream_error(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_watch_etcd() {
+    if let Some(c) = Cluster::start(Backend::Etcd, short_history).await {
+        expired_watch_is_an_in_stream_error(&c).await;
+    }
+}
