@@ -115,6 +115,7 @@ pub async fn run(
 
     let mut registries = HashMap::new();
     let mut caches: Vec<Arc<Cacher>> = Vec::new();
+    let mut ns_cache = None;
     for def in RESOURCES {
         let cache = def.watch_cached.then(|| {
             let c = Cacher::new(
@@ -129,12 +130,22 @@ pub async fn run(
             c
         });
         let ttl = (def.kind == "Event").then_some(config.event_ttl);
+        if def.kind == "Namespace" {
+            ns_cache = cache.clone();
+        }
+        // Namespaces come first in the resource table, so every namespaced registry gets it.
+        let namespaces = if def.namespaced {
+            ns_cache.clone()
+        } else {
+            None
+        };
         let reg = Arc::new(Registry {
             def,
             storage: storage.clone(),
             cache,
             etcd_prefix: config.etcd_prefix.clone(),
             ttl,
+            namespaces,
         });
         registries.insert((def.group, def.plural), reg);
     }

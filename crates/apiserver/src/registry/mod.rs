@@ -77,6 +77,8 @@ pub struct Registry {
     pub etcd_prefix: String,
     /// TTL of objects of this resource (Events: `--event-ttl`).
     pub ttl: Option<Duration>,
+    /// The namespaces cache, for upstream's NamespaceLifecycle admission on creates.
+    pub namespaces: Option<Arc<Cacher>>,
 }
 
 pub struct ListResult {
@@ -523,6 +525,7 @@ impl Registry {
                 "resourceVersion should not be set on objects to be created",
             ));
         }
+        self.admit_namespace(ns, &obj).await?;
         let generate =
             meta::name(&obj).is_empty() && !meta::meta_str(&obj, "generateName").is_empty();
         let mut rng = || rand::random::<u64>();
@@ -585,6 +588,45 @@ impl Registry {
             }
         }
         Err(ApiError::already_exists(&self.gr(), meta::name(&obj)))
+    }
+
+    /// NamespaceLifecycle: no new objects in a namespace that does not exist or is being
+    /// deleted.
+    async fn admit_namespace(&self, ns: &str, obj: &Value) -> Result<(), ApiError> {
+        if !self.def.namespaced {
+            return Ok(());
+        }
+        let Some(cache) = &self.namespaces else {
+            return Ok(());
+        };
+        let key = format!("{}{ns}", cache.prefix);
+        let cached = cache.get(&key).ok().and_then(|(o, _)| o).map(|o| o.value());
+        let found = match cached {
+            Some(v) => Some(v),
+            // The cache may lag a namespace created a moment ago: ask storage.
+            None => self
+                .storage
+                .get(&key)
+                .await
+                .map_err(self.serr("create"))?
+                .0
+                .map(|s| decode(&s))
+                .transpose()?,
+        };
+        match found {
+            None => Err(ApiError::not_found(
+                &rkube_api::GroupResource::new("", "namespaces"),
+                ns,
+            )),
+            Some(n) if meta::deletion_timestamp(&n).is_some() => Err(ApiError::forbidden(
+                &self.gr(),
+                meta::name(obj),
+                &format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Read-modify-write with compare-and-swap: retries on conflicting writes; the closure
@@ -699,6 +741,30 @@ impl Registry {
         }
         match subresource {
             Some("status") => strategy::prepare_for_status_update(self.def.kind, &mut new, cur),
+            Some("finalize") => {
+                // Only spec.finalizers change; the namespace goes once none are left.
+                let finalizers = new.pointer("/spec/finalizers").cloned();
+                new = cur.clone();
+                match finalizers {
+                    Some(f) => new["spec"]["finalizers"] = f,
+                    None => {
+                        if let Some(spec) = new.get_mut("spec").and_then(|s| s.as_object_mut()) {
+                            spec.remove("finalizers");
+                        }
+                    }
+                }
+                let none_left = new
+                    .pointer("/spec/finalizers")
+                    .and_then(|f| f.as_array())
+                    .is_none_or(|a| a.is_empty());
+                if meta::deletion_timestamp(cur).is_some()
+                    && none_left
+                    && meta::finalizers(cur).is_empty()
+                {
+                    return Ok(Decision::Delete);
+                }
+                return Ok(Decision::Write(new));
+            }
             _ => {
                 if strategy::has_status(self.def) {
                     match cur.get("status") {
@@ -885,6 +951,19 @@ impl Registry {
                         meta::set_finalizers(&mut new, &finalizers);
                         return Ok(Decision::Write(new));
                     }
+                }
+                // A namespace with spec finalizers turns Terminating; the namespace controller
+                // empties it and then clears them through `finalize`.
+                let spec_finalizers = self.def.kind == "Namespace"
+                    && cur.pointer("/spec/finalizers").and_then(|f| f.as_array()).is_some_and(|a| !a.is_empty());
+                if spec_finalizers {
+                    if !pending {
+                        meta::set_meta(&mut new, "deletionTimestamp", json!(meta::now_rfc3339()));
+                        meta::set_meta(&mut new, "deletionGracePeriodSeconds", json!(0));
+                    }
+                    new["status"] = json!({"phase": "Terminating"});
+                    meta::set_finalizers(&mut new, &finalizers);
+                    return Ok(Decision::Write(new));
                 }
                 if !finalizers.is_empty() {
                     if !pending {

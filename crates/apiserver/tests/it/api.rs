@@ -579,3 +579,57 @@ async fn events_expire_etcd() {
         expire_events(&c).await;
     }
 }
+
+async fn namespace_lifecycle(c: &Cluster) {
+    let (code, e) = c
+        .post("/api/v1/namespaces/nope/pods", &pod("p", json!({})))
+        .await;
+    assert_eq!(
+        (code, e["message"].as_str()),
+        (404, Some("namespaces \"nope\" not found"))
+    );
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+    let (code, created) = c.post("/api/v1/namespaces", &ns).await;
+    assert_eq!(code, 201);
+    assert_eq!(created["spec"]["finalizers"], json!(["kubernetes"]));
+    assert_eq!(created["status"]["phase"], "Active");
+    assert_eq!(
+        c.post("/api/v1/namespaces/team-a/pods", &pod("p", json!({})))
+            .await
+            .0,
+        201
+    );
+    // Deleting it leaves it Terminating until its finalizers are cleared.
+    let (code, term) = c.delete("/api/v1/namespaces/team-a", None).await;
+    assert_eq!(code, 200, "{term}");
+    let (_, got) = c.get("/api/v1/namespaces/team-a").await;
+    assert_eq!(got["status"]["phase"], "Terminating");
+    let (code, e) = c
+        .post("/api/v1/namespaces/team-a/pods", &pod("q", json!({})))
+        .await;
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (403, Some("Forbidden")),
+        "{e}"
+    );
+    let mut fin = got.clone();
+    fin["spec"]["finalizers"] = json!([]);
+    let (code, _) = c.put("/api/v1/namespaces/team-a/finalize", &fin).await;
+    assert_eq!(code, 200);
+    assert_eq!(c.get("/api/v1/namespaces/team-a").await.0, 404);
+    // The four namespaces every cluster starts with.
+    let (_, list) = c.get("/api/v1/namespaces").await;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for want in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+}
+
+cases! {
+    namespace_lifecycle, namespace_lifecycle_rkube, namespace_lifecycle_etcd;
+}
