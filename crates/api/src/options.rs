@@ -113,7 +113,8 @@ impl ListOptions {
             }
         }
         if let Some(rv) = &o.resource_version {
-            if !rv.is_empty() && rv.parse::<u64>().is_err() {
+            // Revisions are etcd int64s: anything beyond is not a version this server issues.
+            if !rv.is_empty() && rv.parse::<i64>().map_or(true, |n| n < 0) {
                 return Err(ApiError::bad_request(format!(
                     "invalid resource version: {rv}"
                 )));

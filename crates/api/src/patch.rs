@@ -24,10 +24,21 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// Applies an RFC 6902 JSON patch (a list of operations) to `doc`.
+/// Upstream's json-patch limits: operations per patch, and bytes that `copy` may add.
+const MAX_OPS: usize = 10_000;
+const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024;
+
 pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), String> {
     let ops = patch
         .as_array()
         .ok_or("json patch must be an array of operations")?;
+    if ops.len() > MAX_OPS {
+        return Err(format!(
+            "the allowed maximum operations in a JSON patch is {MAX_OPS}, got {}",
+            ops.len()
+        ));
+    }
+    let mut copied = 0usize;
     for (i, op) in ops.iter().enumerate() {
         let kind = op
             .get("op")
@@ -65,6 +76,10 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), String> {
                 let v = doc.pointer(from).cloned().ok_or(format!(
                     "copy operation does not apply: doc is missing from path: {from}"
                 ))?;
+                copied += serde_json::to_vec(&v).map(|b| b.len()).unwrap_or(0);
+                if copied > MAX_COPIED_BYTES {
+                    return Err("the JSON patch copies too much data".into());
+                }
                 add(doc, path, v)?;
             }
             "test" => {
@@ -218,5 +233,11 @@ mod tests {
         )
         .is_err());
         assert!(json_patch(&mut d, &json!({"op": "add"})).is_err());
+        // Doubling a document again and again is refused, not run out of memory.
+        let mut big = json!({"a": "x".repeat(1 << 20)});
+        let bomb: Vec<Value> = (0..40)
+            .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+            .collect();
+        assert!(json_patch(&mut big, &Value::Array(bomb)).is_err());
     }
 }

@@ -129,7 +129,7 @@ pub const RESOURCES: &[ResourceDef] = &[
         &[],
         &[],
         "events",
-        false
+        true
     ),
     res!(
         "",

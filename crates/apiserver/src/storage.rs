@@ -80,14 +80,14 @@ impl Storage {
         Ok((resp.kvs.into_iter().next().map(Stored::from_kv), rev))
     }
 
-    /// The store's current revision (a count-only range, as `GetCurrentResourceVersion`).
+    /// The store's current revision: the header of a point read (cheap on any store).
     pub async fn current_revision(&self, prefix: &str) -> Result<i64, EtcdError> {
         let resp = self
             .client
             .range(&RangeRequest {
                 key: prefix.as_bytes().to_vec(),
-                range_end: prefix_range_end(prefix.as_bytes()),
-                count_only: true,
+                limit: 1,
+                keys_only: true,
                 ..Default::default()
             })
             .await?;

@@ -110,6 +110,10 @@ async fn watch(
     };
     let mut replaying = replay_history;
     let mut last_rv = list_rv;
+    // Where the replayed history starts (for `finish_replay`), and the newest replayed event,
+    // so a stream that breaks mid-replay resumes after it instead of replaying twice.
+    let mut history_start = start;
+    let mut replayed: Option<u64> = None;
     let mut backoff = Duration::from_millis(100);
     loop {
         let create = WatchCreateRequest {
@@ -172,6 +176,8 @@ async fn watch(
                 if resp.compact_revision > 0 && replaying {
                     // History starts later than asked: replay from what storage still has.
                     start = resp.compact_revision;
+                    history_start = start;
+                    replayed = None;
                     break;
                 }
                 if resp.compact_revision > 0 {
@@ -182,10 +188,12 @@ async fn watch(
             if resp.events.is_empty() {
                 let rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0) as u64;
                 if replaying && rev >= list_rv {
-                    finish_replay(c, start);
+                    finish_replay(c, history_start);
                     replaying = false;
                 }
                 if !replaying {
+                    // Everything up to `rev` has been delivered: a re-watch may start after it.
+                    last_rv = last_rv.max(rev);
                     c.progress(rev);
                 }
                 continue;
@@ -194,11 +202,12 @@ async fn watch(
                 let Some(ev) = convert(c, e) else { continue };
                 if ev.rv <= list_rv {
                     if replaying {
+                        replayed = Some(replayed.unwrap_or(0).max(ev.rv));
                         c.prefill(ev);
                     }
                 } else {
                     if replaying {
-                        finish_replay(c, start);
+                        finish_replay(c, history_start);
                         replaying = false;
                     }
                     last_rv = last_rv.max(ev.rv);
@@ -210,6 +219,8 @@ async fn watch(
         *c.progress.lock().unwrap() = None;
         if !replaying {
             start = last_rv as i64 + 1;
+        } else if let Some(r) = replayed {
+            start = r as i64 + 1;
         }
         tokio::select! {
             _ = shutdown.cancelled() => return End::Shutdown,

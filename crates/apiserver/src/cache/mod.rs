@@ -68,6 +68,8 @@ struct State {
     oldest_rv: u64,
     /// Storage history is being replayed into `history` (after a start).
     replaying: bool,
+    /// The newest revision evicted from `history` (by age or count).
+    evicted_rv: u64,
     watchers: HashMap<u64, Watcher>,
     /// Pod watchers by their `spec.nodeName=` field selector (upstream's trigger index).
     by_node: HashMap<String, HashSet<u64>>,
@@ -311,66 +313,80 @@ impl Cacher {
     /// Registers a watch. A start below the retained history is 410 Expired (which the
     /// handler sends as an in-stream ERROR event).
     pub fn watch(&self, spec: WatchSpec) -> Result<WatchStream, ApiError> {
-        let mut st = self.state.lock().unwrap();
-        if !st.ready {
-            return Err(Self::not_ready());
-        }
+        let mut snapshot: Vec<Arc<CachedObject>> = Vec::new();
         let mut initial = Vec::new();
-        let min_rv = match spec.start {
-            Start::Snapshot => {
-                for o in st.objects.values() {
-                    if spec.filter.matches(o) {
-                        initial.push(event_line("ADDED", &o.json));
+        let (id, rx, snapshot_rv) = {
+            let mut st = self.state.lock().unwrap();
+            if !st.ready {
+                return Err(Self::not_ready());
+            }
+            let min_rv = match spec.start {
+                Start::Snapshot => {
+                    // Only pointers are taken under the lock; lines are built after it.
+                    snapshot.extend(
+                        st.objects
+                            .values()
+                            .filter(|o| spec.filter.matches(o))
+                            .cloned(),
+                    );
+                    st.rv
+                }
+                Start::After(n) => {
+                    if n.saturating_add(1) < st.oldest_rv {
+                        return Err(ApiError::gone(format!(
+                            "too old resource version: {n} ({})",
+                            st.oldest_rv - 1
+                        )));
                     }
-                }
-                if spec.initial_events_end {
-                    initial.push(bookmark_line(self.def, st.rv, true));
-                }
-                st.rv
-            }
-            Start::After(n) => {
-                if n + 1 < st.oldest_rv {
-                    return Err(ApiError::gone(format!(
-                        "too old resource version: {n} ({})",
-                        st.oldest_rv - 1
-                    )));
-                }
-                let from = st.history.partition_point(|e| e.rv <= n);
-                for ev in st.history.iter().skip(from) {
-                    if let Some(line) = ev.line_for(self.def, &spec.filter) {
-                        initial.push(line);
+                    let from = st.history.partition_point(|e| e.rv <= n);
+                    for ev in st.history.iter().skip(from) {
+                        if let Some(line) = ev.line_for(self.def, &spec.filter) {
+                            initial.push(line);
+                        }
                     }
+                    n.max(st.rv)
                 }
-                n.max(st.rv)
+            };
+            let (tx, rx) = mpsc::channel(self.cfg.watcher_buffer);
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let node = if self.def.kind == "Pod" {
+                spec.filter.fields.exact("spec.nodeName").map(String::from)
+            } else {
+                None
+            };
+            match &node {
+                Some(n) => {
+                    st.by_node.entry(n.clone()).or_default().insert(id);
+                }
+                None => {
+                    st.unindexed.insert(id);
+                }
             }
+            let now = Instant::now();
+            let w = Watcher {
+                filter: spec.filter,
+                tx,
+                min_rv,
+                bookmarks: spec.bookmarks,
+                next_bookmark: self.next_bookmark(now, spec.deadline),
+                deadline: spec.deadline,
+                sent_rv: min_rv,
+                node,
+            };
+            st.watchers.insert(id, w);
+            (id, rx, min_rv)
         };
-        let (tx, rx) = mpsc::channel(self.cfg.watcher_buffer);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let node = if self.def.kind == "Pod" {
-            spec.filter.fields.exact("spec.nodeName").map(String::from)
-        } else {
-            None
-        };
-        match &node {
-            Some(n) => {
-                st.by_node.entry(n.clone()).or_default().insert(id);
+        if matches!(spec.start, Start::Snapshot) {
+            let mut lines: Vec<Bytes> = snapshot
+                .iter()
+                .map(|o| event_line("ADDED", &o.json))
+                .collect();
+            if spec.initial_events_end {
+                lines.push(bookmark_line(self.def, snapshot_rv, true));
             }
-            None => {
-                st.unindexed.insert(id);
-            }
+            lines.append(&mut initial);
+            initial = lines;
         }
-        let now = Instant::now();
-        let w = Watcher {
-            filter: spec.filter,
-            tx,
-            min_rv,
-            bookmarks: spec.bookmarks,
-            next_bookmark: self.next_bookmark(now, spec.deadline),
-            deadline: spec.deadline,
-            sent_rv: min_rv,
-            node,
-        };
-        st.watchers.insert(id, w);
         Ok(WatchStream { id, initial, rx })
     }
 
@@ -449,6 +465,7 @@ impl Cacher {
         st.rv = rv;
         st.history.clear();
         st.oldest_rv = rv + 1;
+        st.evicted_rv = 0;
         st.ready = true;
         drop(st);
         self.rv_tx.send_replace(rv);
@@ -466,7 +483,8 @@ impl Cacher {
     /// The replay is complete: the history is whole from `oldest` on.
     fn set_oldest(&self, oldest: u64) {
         let mut st = self.state.lock().unwrap();
-        st.oldest_rv = st.oldest_rv.min(oldest.max(1));
+        // Never claim history that trimming already evicted during the replay.
+        st.oldest_rv = st.oldest_rv.min(oldest.max(1)).max(st.evicted_rv + 1);
         st.replaying = false;
         drop(st);
         self.replay_tx.send_replace(true);
@@ -480,7 +498,7 @@ impl Cacher {
         loop {
             {
                 let st = self.state.lock().unwrap();
-                if rv + 1 >= st.oldest_rv || !st.replaying {
+                if rv.saturating_add(1) >= st.oldest_rv || !st.replaying {
                     return;
                 }
             }
@@ -496,16 +514,31 @@ impl Cacher {
     /// An event from before the list revision, replayed from storage history: history only.
     fn prefill(&self, ev: CachedEvent) {
         let mut st = self.state.lock().unwrap();
+        if st.history.back().is_some_and(|last| last.rv > ev.rv) || ev.rv <= st.evicted_rv {
+            return; // already replayed (a re-watch after a break)
+        }
         let pos = st.history.partition_point(|e| e.rv <= ev.rv);
         st.history.insert(pos, Arc::new(ev));
         self.trim(&mut st);
     }
 
     /// Applies a live event: state, history, watchers.
-    fn apply(&self, ev: CachedEvent) {
+    fn apply(&self, mut ev: CachedEvent) {
         let mut st = self.state.lock().unwrap();
-        if ev.rv <= st.rv {
+        // Several events may share one revision (a multi-key transaction).
+        if ev.rv < st.rv
+            || st
+                .history
+                .back()
+                .is_some_and(|last| last.rv == ev.rv && last.obj.key == ev.obj.key)
+        {
             return; // already reflected (an event the list included)
+        }
+        // Share the previous state with the object map instead of a second decoded copy.
+        if let Some(existing) = st.objects.get(&ev.obj.key) {
+            if ev.prev.as_ref().is_some_and(|p| p.rv == existing.rv) {
+                ev.prev = Some(existing.clone());
+            }
         }
         match ev.kind {
             object::EventType::Deleted => {
@@ -548,6 +581,7 @@ impl Cacher {
                 st.history.pop_front();
             }
             st.oldest_rv = st.oldest_rv.max(rv + 1);
+            st.evicted_rv = st.evicted_rv.max(rv);
         }
     }
 

@@ -247,6 +247,9 @@ async fn serve(
                 Deleted::Gone(obj) | Deleted::Pending(obj) => Ok(json_value(StatusCode::OK, &obj)),
             }
         }
+        ("DELETE", None) if reg.def.namespaced && info.namespace.is_none() => {
+            Err(ApiError::method_not_supported(&gr, "deletecollection"))
+        }
         ("DELETE", None) => {
             let body = read_body(req.into_body()).await?;
             let del = DeleteOptions::parse(&body, &query)?;

@@ -54,7 +54,8 @@ pub async fn serve(
     opts: &ListOptions,
 ) -> Result<Response, ApiError> {
     let timeout = match opts.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s as u64),
+        // Clamped to a day so the deadline arithmetic cannot overflow.
+        Some(s) if s > 0 => Duration::from_secs((s as u64).min(86_400)),
         _ => MIN_REQUEST_TIMEOUT.mul_f64(1.0 + rand::random::<f64>()),
     };
     let deadline = Instant::now() + timeout;

@@ -121,7 +121,11 @@ impl Registry {
         let rv_n = rv
             .filter(|s| !s.is_empty())
             .map(|s| {
-                s.parse::<u64>()
+                s.parse::<i64>()
+                    .ok()
+                    .filter(|n| *n >= 0)
+                    .map(|n| n as u64)
+                    .ok_or(())
                     .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))
             })
             .transpose()?;
@@ -373,15 +377,26 @@ impl Registry {
         let rv = opts.resource_version.as_deref().unwrap_or("");
         let streaming = opts.send_initial_events == Some(true);
         let bookmarks = opts.allow_watch_bookmarks;
+        // `sendInitialEvents=false` with RV unset or 0: no synthetic ADDED events, just the
+        // changes after the (consistent, or cache's) current revision (KEP-2340's table).
+        let no_initial = opts.send_initial_events == Some(false);
         let start = match (rv, streaming) {
-            ("", _) => {
-                if cache.consistent_rv().await?.is_none() {
+            ("", _) => match cache.consistent_rv().await? {
+                Some(cur) if no_initial => Start::After(cur),
+                Some(_) => Start::Snapshot,
+                None if no_initial => Start::After(
+                    self.storage
+                        .current_revision(&cache.prefix)
+                        .await
+                        .map_err(self.serr("watch"))? as u64,
+                ),
+                None => {
                     return self
                         .watch_from_storage_snapshot(cache, filter, streaming, bookmarks, deadline)
-                        .await;
+                        .await
                 }
-                Start::Snapshot
-            }
+            },
+            ("0", _) if no_initial => Start::After(cache.resource_version()),
             ("0", _) => Start::Snapshot,
             (n, true) => {
                 let n: u64 = n
@@ -533,11 +548,7 @@ impl Registry {
             let mut o = obj.clone();
             if generate {
                 let base = meta::meta_str(&o, "generateName").to_string();
-                let base = if base.len() > 58 {
-                    base[..58].to_string()
-                } else {
-                    base
-                };
+                let base: String = base.chars().take(58).collect();
                 meta::set_meta(
                     &mut o,
                     "name",
@@ -893,6 +904,7 @@ impl Registry {
         let mut immediate = false;
         let (obj, _) = self
             .guaranteed_update(ns, name, opts.dry_run, |cur| {
+                immediate = false;
                 if let Some(uid) = &opts.precondition_uid {
                     if uid != meta::uid(cur) {
                         return Err(ApiError::conflict(&self.gr(), name, &format!("the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated", meta::uid(cur))));

@@ -276,7 +276,7 @@ pub fn prepare_for_create(kind: &str, obj: &mut Value) {
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
         }
         "Namespace" => obj["status"] = json!({"phase": "Active"}),
-        "Deployment" | "ReplicaSet" | "Service" | "Node" if obj.get("status").is_some() => {
+        "Deployment" | "ReplicaSet" | "Service" if obj.get("status").is_some() => {
             obj["status"] = json!({});
         }
         _ => {}

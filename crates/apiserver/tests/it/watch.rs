@@ -322,3 +322,58 @@ async fn expired_watch_etcd() {
         expired_watch_is_an_in_stream_error(&c).await;
     }
 }
+
+async fn events_can_be_watched(c: &Cluster) {
+    let mut w = c
+        .watch("/api/v1/namespaces/default/events?watch=1&fieldSelector=involvedObject.name%3Dweb")
+        .await;
+    assert_eq!(w.status, 200);
+    let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web.1"}, "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}, "reason": "Scheduled", "message": "m", "type": "Normal"});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/events", &ev).await.0,
+        201
+    );
+    let got = w.next(T).await.expect("event watch delivers");
+    assert_eq!(
+        (got["type"].as_str(), got["object"]["reason"].as_str()),
+        (Some("ADDED"), Some("Scheduled"))
+    );
+}
+
+async fn guards_against_hostile_input(c: &Cluster) {
+    // Namespaced collections cannot be deleted across all namespaces.
+    let (code, _) = c.delete("/api/v1/pods", None).await;
+    assert_eq!(code, 405);
+    // Absurd numbers are refused or clamped, never a crash.
+    let (code, _) = c
+        .get("/api/v1/pods?resourceVersion=18446744073709551615")
+        .await;
+    assert_eq!(code, 400);
+    let mut w = c
+        .watch("/api/v1/pods?watch=1&timeoutSeconds=9223372036854775807")
+        .await;
+    assert_eq!(w.status, 200);
+    assert!(w.next(Duration::from_millis(300)).await.is_none()); // nothing to say, still open
+    let mut g = pod("", json!({}));
+    g["metadata"]["generateName"] = json!("€".repeat(40));
+    let (code, _) = c.post("/api/v1/namespaces/default/pods", &g).await;
+    assert_eq!(code, 422, "an invalid generated name is a validation error");
+    // The server is still fine.
+    assert_eq!(c.get("/api/v1/namespaces/default/pods").await.0, 200);
+    // sendInitialEvents=false with RV=0 skips the synthetic ADDED events.
+    c.post(
+        "/api/v1/namespaces/default/pods",
+        &pod("existing", json!({})),
+    )
+    .await;
+    let mut w = c.watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=0&sendInitialEvents=false&resourceVersionMatch=NotOlderThan").await;
+    c.post("/api/v1/namespaces/default/pods", &pod("fresh", json!({})))
+        .await;
+    let ev = w.until(T, |_| true).await;
+    assert_eq!(ev["object"]["metadata"]["name"], "fresh");
+}
+
+cases! {
+    events_can_be_watched, events_can_be_watched_rkube, events_can_be_watched_etcd;
+    guards_against_hostile_input, guards_against_hostile_input_rkube, guards_against_hostile_input_etcd;
+}
