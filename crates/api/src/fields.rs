@@ -252,6 +252,13 @@ pub fn object_field(kind: &str, obj: &serde_json::Value, field: &str) -> String 
     }
 }
 
+/// The order `object_fields` lists a kind's fields in.
+pub fn field_order(kind: &str) -> impl Iterator<Item = &'static str> {
+    ["metadata.name", "metadata.namespace"]
+        .into_iter()
+        .chain(selectable_fields(kind).iter().copied())
+}
+
 /// Every selectable field of an object, computed once when it enters the watch cache.
 pub fn object_fields(kind: &str, obj: &serde_json::Value) -> Vec<(&'static str, String)> {
     let mut out = vec![
@@ -283,6 +290,13 @@ impl FieldSelector {
             }
         }
         Ok(())
+    }
+
+    /// Matches with `get` returning a field's value (empty when absent).
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> &'a str) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| (get(&r.field) == r.value) != r.negated)
     }
 
     /// Matches against precomputed fields (see `object_fields`).

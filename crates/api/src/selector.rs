@@ -26,7 +26,12 @@ pub struct Requirement {
 
 impl Requirement {
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let v = labels.get(&self.key);
+        self.matches_with(|k| labels.get(k).map(|s| s.as_str()))
+    }
+
+    /// Matching over any label storage: `get` returns a label's value.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        let v = get(&self.key);
         match self.op {
             Op::Equals | Op::DoubleEquals | Op::In => {
                 v.is_some_and(|v| self.values.iter().any(|x| x == v))
@@ -168,6 +173,11 @@ impl LabelSelector {
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// Matching over any label storage: `get` returns a label's value.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str> + Copy) -> bool {
+        self.requirements.iter().all(|r| r.matches_with(get))
     }
 
     /// Parses the string form (`app=nginx,tier in (web,api),!canary`).

@@ -71,6 +71,8 @@ struct State {
     /// The newest revision evicted from `history` (by age or count).
     evicted_rv: u64,
     watchers: HashMap<u64, Watcher>,
+    /// Pod keys by `spec.nodeName`, so node-filtered lists and watch starts skip other pods.
+    node_keys: HashMap<String, std::collections::BTreeSet<String>>,
     /// Pod watchers by their `spec.nodeName=` field selector (upstream's trigger index).
     by_node: HashMap<String, HashSet<u64>>,
     unindexed: HashSet<u64>,
@@ -176,12 +178,7 @@ impl Cacher {
         let st = self.state.lock().unwrap();
         st.objects
             .values()
-            .map(|o| {
-                o.json.len()
-                    + o.key.len() * 2
-                    + o.fields.iter().map(|(_, v)| v.len() + 24).sum::<usize>()
-                    + 160
-            })
+            .map(|o| o.approx_bytes() + o.key.len())
             .sum()
     }
 
@@ -288,7 +285,20 @@ impl Cacher {
         let mut out = Vec::new();
         let mut more = false;
         let mut remaining = 0;
-        for (k, o) in st.objects.range((start, std::ops::Bound::Unbounded)) {
+        let after_key = match &start {
+            std::ops::Bound::Excluded(a) => Some(a.clone()),
+            _ => None,
+        };
+        let indexed = self.def.kind == "Pod" && filter.fields.exact("spec.nodeName").is_some();
+        let iter: Box<dyn Iterator<Item = (&String, &Arc<CachedObject>)>> = if indexed {
+            Box::new(candidates(&st, filter, self.def.kind).map(|o| (&o.key, o)))
+        } else {
+            Box::new(st.objects.range((start, std::ops::Bound::Unbounded)))
+        };
+        for (k, o) in iter {
+            if indexed && (!k.starts_with(&scope) || after_key.as_ref().is_some_and(|a| k <= a)) {
+                continue;
+            }
             if !k.starts_with(&scope) {
                 break;
             }
@@ -324,8 +334,7 @@ impl Cacher {
                 Start::Snapshot => {
                     // Only pointers are taken under the lock; lines are built after it.
                     snapshot.extend(
-                        st.objects
-                            .values()
+                        candidates(&st, &spec.filter, self.def.kind)
                             .filter(|o| spec.filter.matches(o))
                             .cloned(),
                     );
@@ -461,6 +470,15 @@ impl Cacher {
         for id in ids {
             remove_watcher(&mut st, id);
         }
+        st.node_keys.clear();
+        if self.def.kind == "Pod" {
+            for o in objects.values() {
+                st.node_keys
+                    .entry(o.node().to_string())
+                    .or_default()
+                    .insert(o.key.clone());
+            }
+        }
         st.objects = objects;
         st.rv = rv;
         st.history.clear();
@@ -542,10 +560,20 @@ impl Cacher {
         }
         match ev.kind {
             object::EventType::Deleted => {
-                st.objects.remove(&ev.obj.key);
+                if let Some(old) = st.objects.remove(&ev.obj.key) {
+                    unindex_node(&mut st, &old);
+                }
             }
             _ => {
-                st.objects.insert(ev.obj.key.clone(), ev.obj.clone());
+                if let Some(old) = st.objects.insert(ev.obj.key.clone(), ev.obj.clone()) {
+                    unindex_node(&mut st, &old);
+                }
+                if self.def.kind == "Pod" {
+                    st.node_keys
+                        .entry(ev.obj.node().to_string())
+                        .or_default()
+                        .insert(ev.obj.key.clone());
+                }
             }
         }
         st.rv = ev.rv;
@@ -621,6 +649,32 @@ impl Cacher {
             remove_watcher(st, id);
         }
     }
+}
+
+fn unindex_node(st: &mut State, old: &CachedObject) {
+    if let Some(keys) = st.node_keys.get_mut(old.node()) {
+        keys.remove(&old.key);
+        if keys.is_empty() {
+            st.node_keys.remove(old.node());
+        }
+    }
+}
+
+/// The objects a filter can match, in key order: for pods pinned to a node, only that node's.
+fn candidates<'a>(
+    st: &'a State,
+    filter: &Filter,
+    kind: &str,
+) -> Box<dyn Iterator<Item = &'a Arc<CachedObject>> + 'a> {
+    if kind == "Pod" {
+        if let Some(node) = filter.fields.exact("spec.nodeName") {
+            return match st.node_keys.get(node) {
+                Some(keys) => Box::new(keys.iter().filter_map(|k| st.objects.get(k))),
+                None => Box::new(std::iter::empty()),
+            };
+        }
+    }
+    Box::new(st.objects.values())
 }
 
 fn remove_watcher(st: &mut State, id: u64) {

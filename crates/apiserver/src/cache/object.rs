@@ -1,7 +1,6 @@
 //! What the watch cache holds: each object serialized once (with its resourceVersion) plus
 //! its labels and selectable fields, and each event with its wire lines built at most once.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -9,16 +8,18 @@ use rkube_api::{meta, FieldSelector, LabelSelector, ResourceDef};
 use serde_json::Value;
 
 /// One object as the cache keeps it. The JSON is the wire form (RV included), so GET, LIST
-/// and WATCH copy bytes instead of serializing.
+/// and WATCH copy bytes instead of serializing. Labels and selectable fields are kept compact
+/// (one allocation each) so an object costs little beyond its JSON.
 #[derive(Debug)]
 pub struct CachedObject {
     pub key: String,
-    pub namespace: String,
-    pub name: String,
     pub rv: u64,
     pub json: Bytes,
-    pub labels: BTreeMap<String, String>,
-    pub fields: Vec<(&'static str, String)>,
+    kind: &'static str,
+    /// Sorted `(key, value)` label pairs.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The selectable fields' values, `\0`-separated, in `field_order(kind)` order.
+    fields: Box<str>,
 }
 
 impl CachedObject {
@@ -34,14 +35,22 @@ impl CachedObject {
     }
 
     pub fn from_value(def: &ResourceDef, key: String, obj: &Value, rv: u64) -> Self {
+        let labels: Vec<(Box<str>, Box<str>)> = meta::labels(obj)
+            .into_iter()
+            .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+            .collect();
+        let fields: Vec<String> = rkube_api::fields::object_fields(def.kind, obj)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
         CachedObject {
             key,
-            namespace: meta::namespace(obj).to_string(),
-            name: meta::name(obj).to_string(),
             rv,
-            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
-            labels: meta::labels(obj),
-            fields: rkube_api::fields::object_fields(def.kind, obj),
+            // Exactly sized: serialization grows its buffer by doubling.
+            json: Bytes::copy_from_slice(&serde_json::to_vec(obj).unwrap_or_default()),
+            kind: def.kind,
+            labels: labels.into_boxed_slice(),
+            fields: fields.join("\0").into_boxed_str(),
         }
     }
 
@@ -53,16 +62,49 @@ impl CachedObject {
         Self::from_value(def, self.key.clone(), &obj, rv)
     }
 
+    /// A selectable field's value ("" when absent or not selectable).
     pub fn field(&self, name: &str) -> &str {
-        self.fields
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or("")
+        match rkube_api::fields::field_order(self.kind).position(|f| f == name) {
+            Some(i) => self.fields.split('\0').nth(i).unwrap_or(""),
+            None => "",
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.field("metadata.name")
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.field("metadata.namespace")
+    }
+
+    /// A pod's `spec.nodeName` ("" for other kinds and unscheduled pods).
+    pub fn node(&self) -> &str {
+        self.field("spec.nodeName")
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.labels[i].1)
     }
 
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// Approximate bytes held.
+    pub fn approx_bytes(&self) -> usize {
+        self.json.len()
+            + self.key.len()
+            + self.fields.len()
+            + self
+                .labels
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 32)
+                .sum::<usize>()
+            + 96
     }
 }
 
@@ -78,16 +120,16 @@ pub struct Filter {
 impl Filter {
     pub fn matches(&self, o: &CachedObject) -> bool {
         if let Some(ns) = &self.namespace {
-            if &o.namespace != ns {
+            if o.namespace() != ns {
                 return false;
             }
         }
         if let Some(n) = &self.name {
-            if &o.name != n {
+            if o.name() != n {
                 return false;
             }
         }
-        self.labels.matches(&o.labels) && self.fields.matches_fields(&o.fields)
+        self.labels.matches_with(|k| o.label(k)) && self.fields.matches_with(|f| o.field(f))
     }
 
     pub fn is_everything(&self) -> bool {

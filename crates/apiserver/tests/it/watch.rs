@@ -115,6 +115,24 @@ async fn node_watch_sees_binding_as_added(c: &Cluster) {
         (Some("ADDED"), Some("p"))
     );
     assert_eq!(ev["object"]["spec"]["nodeName"], "node-7");
+    // Node-filtered lists (served through the node index) see exactly that pod.
+    let (_, rv) = c.get("/api/v1/namespaces/default/pods/p").await;
+    let (_, list) = c.get(&format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-7&resourceVersion={}&resourceVersionMatch=NotOlderThan", rv_of(&rv))).await;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p"]);
+    let (_, unbound) = c.get("/api/v1/pods?fieldSelector=spec.nodeName%3D").await;
+    let names: Vec<&str> = unbound["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["q"]);
 }
 
 async fn bookmarks_follow_other_resources(c: &Cluster) {

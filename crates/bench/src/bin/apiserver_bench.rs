@@ -173,6 +173,14 @@ async fn bench(name: &str, storage_url: &str, flags: &Flags) -> anyhow::Result<F
         anyhow::ensure!(Instant::now() < deadline, "cache did not fill");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // "Its JSON size": the pod as the API serves it (with defaults and metadata filled in).
+    f.pod_json_bytes = http
+        .get(format!("{base}/api/v1/namespaces/default/pods/bench-00007"))
+        .send()
+        .await?
+        .bytes()
+        .await?
+        .len();
     tokio::time::sleep(Duration::from_secs(1)).await; // let allocations settle before reading RSS
     f.rss_per_pod = (rss_of(pid).saturating_sub(rss_before)) as f64 / flags.pods as f64;
 
@@ -332,7 +340,7 @@ fn ms(v: u64) -> String {
 fn render(rows: &[(&str, Figures)], flags: &Flags) -> String {
     let mut s = String::from("## rkube-apiserver (apiserver-bench)\n\n");
     s.push_str(&format!(
-        "Run {} on {} at commit `{}`: {} pods of ~{} B JSON on {} nodes, release builds, client on the same machine.\n\n",
+        "Run {} on {} at commit `{}`: {} pods of ~{} B JSON as served on {} nodes, release builds, client on the same machine. Memory figures are RSS deltas of the apiserver process.\n\n",
         utc_now(),
         machine(),
         git_commit(),
