@@ -109,8 +109,29 @@ pub async fn run(
         None => supports_progress_requests(&client).await,
     };
     tracing::info!(servers = ?config.etcd_servers, progress_requests = duplex, "connected to storage");
-    let storage = Arc::new(Storage::new(client.clone()));
     let registry = rkube_daemon::metrics::Registry::new();
+    let client = {
+        let reg = registry.clone();
+        client.with_observer(Arc::new(move |path: &str, took: Duration, ok: bool| {
+            let op = path.rsplit('/').next().unwrap_or(path);
+            reg.histogram(
+                "etcd_request_duration_seconds",
+                "Storage call latency by operation.",
+                &[("operation", op)],
+                rkube_daemon::metrics::LATENCY_BUCKETS,
+            )
+            .observe_duration(took);
+            if !ok {
+                reg.counter(
+                    "etcd_request_errors_total",
+                    "Failed storage calls by operation.",
+                    &[("operation", op)],
+                )
+                .inc();
+            }
+        }))
+    };
+    let storage = Arc::new(Storage::new(client.clone()));
     let metrics = Arc::new(metrics::ApiMetrics::new(registry.clone()));
 
     let mut registries = HashMap::new();

@@ -68,7 +68,11 @@ pub struct EtcdClient {
     inner: Arc<Inner>,
 }
 
+/// Called after every unary call with the API path, its latency and whether it succeeded.
+pub type CallObserver = Arc<dyn Fn(&str, Duration, bool) + Send + Sync>;
+
 struct Inner {
+    observer: Option<CallObserver>,
     http: reqwest::Client,
     /// Streams get their own client without a total timeout.
     stream_http: reqwest::Client,
@@ -100,12 +104,27 @@ impl EtcdClient {
             .collect();
         Ok(EtcdClient {
             inner: Arc::new(Inner {
+                observer: None,
                 http,
                 stream_http,
                 endpoints,
                 current: AtomicUsize::new(0),
             }),
         })
+    }
+
+    /// A client that reports every unary call's latency to `observer` (for metrics).
+    pub fn with_observer(&self, observer: CallObserver) -> Self {
+        let i = &self.inner;
+        EtcdClient {
+            inner: Arc::new(Inner {
+                observer: Some(observer),
+                http: i.http.clone(),
+                stream_http: i.stream_http.clone(),
+                endpoints: i.endpoints.clone(),
+                current: AtomicUsize::new(i.current.load(Ordering::Relaxed)),
+            }),
+        }
     }
 
     pub fn endpoints(&self) -> &[String] {
@@ -124,6 +143,19 @@ impl EtcdClient {
     /// POSTs `req` to `path`, failing over to the next endpoint on connection errors
     /// (which guarantee the request was not delivered) and on `Unavailable`.
     pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: &Req,
+    ) -> Result<Resp, EtcdError> {
+        let started = std::time::Instant::now();
+        let r = self.call_inner(path, req).await;
+        if let Some(o) = &self.inner.observer {
+            o(path, started.elapsed(), r.is_ok());
+        }
+        r
+    }
+
+    async fn call_inner<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         path: &str,
         req: &Req,

@@ -702,3 +702,85 @@ async fn compaction_and_expired_continue(c: &Cluster) {
 cases! {
     compaction_and_expired_continue, compaction_and_expired_continue_rkube, compaction_and_expired_continue_etcd;
 }
+
+fn dead_endpoint_first(cfg: &mut rkube_apiserver::Config) {
+    // Nothing listens on a port we just released: connection refused, then failover.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    cfg.etcd_servers
+        .insert(0, format!("http://127.0.0.1:{port}"));
+}
+
+async fn failover_and_metrics(c: &Cluster) {
+    let (code, _) = c
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fo"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "writes fail over past the dead endpoint");
+    assert_eq!(
+        c.get("/api/v1/namespaces/default/configmaps/fo").await.0,
+        200
+    );
+    let text = c
+        .http
+        .get(format!("{}/metrics", c.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "apiserver_request_total{verb=\"create\",resource=\"configmaps\",code=\"201\"}",
+        "etcd_request_duration_seconds_count{operation=\"txn\"}",
+        "apiserver_watch_cache_objects{resource=\"namespaces\"}",
+        "apiserver_longrunning_requests",
+    ] {
+        assert!(text.contains(want), "metrics lack {want}:\n{text}");
+    }
+    for probe in ["/healthz", "/livez", "/readyz", "/version"] {
+        assert_eq!(
+            c.http
+                .get(format!("{}{probe}", c.base))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200,
+            "{probe}"
+        );
+    }
+    let v: Value = c
+        .http
+        .get(format!("{}/version", c.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (v["major"].as_str(), v["minor"].as_str()),
+        (Some("1"), Some("33"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_and_metrics_rkube() {
+    let c = Cluster::start(Backend::Rkube, dead_endpoint_first)
+        .await
+        .unwrap();
+    failover_and_metrics(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_and_metrics_etcd() {
+    if let Some(c) = Cluster::start(Backend::Etcd, dead_endpoint_first).await {
+        failover_and_metrics(&c).await;
+    }
+}
