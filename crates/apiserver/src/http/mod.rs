@@ -1,6 +1,7 @@
 //! The HTTP front: routing of resource paths to the registry, request bodies and content
 //! types, and the one place an `ApiError` becomes a `kind: Status` response.
 
+pub mod discovery;
 pub mod request;
 pub mod subresources;
 pub mod watch;
@@ -321,8 +322,30 @@ async fn delete_collection(
 }
 
 pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
+    if req.method() == Method::GET {
+        if let Some(v) = discovery_doc(req.uri().path()) {
+            return json_value(StatusCode::OK, &v);
+        }
+    }
     match handle(state, req).await {
         Some(r) => r,
         None => error_response(&request::not_found_path()),
+    }
+}
+
+/// The discovery document at `path`, if it is a discovery path.
+fn discovery_doc(path: &str) -> Option<Value> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segs.as_slice() {
+        ["api"] => Some(discovery::core_versions()),
+        ["api", v] => discovery::resource_list("", v),
+        ["apis"] => Some(discovery::group_list()),
+        ["apis", g] => discovery::group(g),
+        ["apis", g, v] => discovery::resource_list(g, v),
+        _ => None,
     }
 }
