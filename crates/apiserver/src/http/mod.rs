@@ -136,12 +136,31 @@ fn verb_of(m: &Method, info: &request::RequestInfo) -> &'static str {
     }
 }
 
+/// JSON is the only representation served; an Accept header that rules it out is 406.
+fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(accept) = headers.get("accept").and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let ok = accept.split(',').any(|part| {
+        let media = part.split(';').next().unwrap_or("").trim();
+        media.is_empty() || media == "*/*" || media == "application/*" || media.ends_with("json")
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::not_acceptable(format!(
+            "only the following media types are accepted: application/json; got {accept}"
+        )))
+    }
+}
+
 async fn serve(
     state: &ApiState,
     reg: &Arc<Registry>,
     info: request::RequestInfo,
     req: Request,
 ) -> Result<Response, ApiError> {
+    check_accept(req.headers())?;
     let query = parse_query(req.uri().query().unwrap_or(""));
     let method = req.method().clone();
     let content_type = req

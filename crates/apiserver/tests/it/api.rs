@@ -127,6 +127,25 @@ async fn bad_input_is_refused(c: &Cluster) {
     assert_eq!(code, 422, "{e}");
     let (code, _) = c.get("/api/v1/pods?labelSelector=a%20in%20(").await;
     assert_eq!(code, 400);
+    let r = c
+        .http
+        .get(format!("{}/api/v1/namespaces/default/pods", c.base))
+        .header("accept", "application/vnd.kubernetes.protobuf")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+    let r = c
+        .http
+        .get(format!("{}/api/v1/namespaces/default/pods", c.base))
+        .header(
+            "accept",
+            "application/vnd.kubernetes.protobuf, application/json",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     // Nothing above was stored.
     let (_, list) = c.get("/api/v1/namespaces/default/pods").await;
     assert_eq!(list["items"].as_array().unwrap().len(), 0);
