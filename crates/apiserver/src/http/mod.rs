@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod request;
 pub mod subresources;
+pub mod table;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -162,6 +163,16 @@ async fn serve(
 ) -> Result<Response, ApiError> {
     check_accept(req.headers())?;
     let query = parse_query(req.uri().query().unwrap_or(""));
+    let as_table = req
+        .headers()
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(table::wants_table);
+    let printing = as_table.then(|| Printing {
+        include_object: query
+            .iter()
+            .any(|(k, v)| k == "includeObject" && v == "Object"),
+    });
     let method = req.method().clone();
     let content_type = req
         .headers()
@@ -181,16 +192,40 @@ async fn serve(
             let opts = ListOptions::from_query(&query, info.legacy_watch)?;
             let scope = info.namespace.as_deref();
             if opts.watch {
-                return watch::serve(state, reg, scope, None, &opts).await;
+                return watch::serve(state, reg, scope, None, &opts, printing).await;
             }
             let res = reg.list(scope, &opts).await?;
-            Ok(list_response(reg, res))
+            match printing {
+                Some(p) => {
+                    let objs: Vec<Value> = res
+                        .items
+                        .iter()
+                        .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
+                        .collect();
+                    let t = table::table(
+                        reg.def.kind,
+                        &objs,
+                        &res.rv.to_string(),
+                        res.continue_token.as_deref(),
+                        p.include_object,
+                    );
+                    Ok(json_value(StatusCode::OK, &t))
+                }
+                None => Ok(list_response(reg, res)),
+            }
         }
         ("GET", Some(name)) => {
             if info.legacy_watch {
                 let opts = ListOptions::from_query(&query, true)?;
-                return watch::serve(state, reg, info.namespace.as_deref(), Some(name), &opts)
-                    .await;
+                return watch::serve(
+                    state,
+                    reg,
+                    info.namespace.as_deref(),
+                    Some(name),
+                    &opts,
+                    printing,
+                )
+                .await;
             }
             match sub {
                 Some("scale") => subresources::get_scale(reg, ns, name).await,
@@ -202,7 +237,21 @@ async fn serve(
                         .iter()
                         .find(|(k, _)| k == "resourceVersion")
                         .map(|(_, v)| v.as_str());
-                    Ok(json_bytes(StatusCode::OK, reg.get(ns, name, rv).await?))
+                    let obj = reg.get(ns, name, rv).await?;
+                    match printing {
+                        Some(p) => {
+                            let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
+                            let t = table::table(
+                                reg.def.kind,
+                                std::slice::from_ref(&v),
+                                meta::resource_version(&v),
+                                None,
+                                p.include_object,
+                            );
+                            Ok(json_value(StatusCode::OK, &t))
+                        }
+                        None => Ok(json_bytes(StatusCode::OK, obj)),
+                    }
                 }
             }
         }
@@ -278,6 +327,13 @@ async fn serve(
         }
         (m, _) => Err(ApiError::method_not_supported(&gr, &m.to_lowercase())),
     }
+}
+
+/// A request for server-side printing (`as=Table`).
+#[derive(Clone, Copy, Debug)]
+pub struct Printing {
+    /// `includeObject=Object`: rows carry the whole object, not just its metadata.
+    pub include_object: bool,
 }
 
 /// `{"kind":"<Kind>List","apiVersion":…,"metadata":{…},"items":[…]}` from cached item bytes.

@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::StreamExt;
 use rkube_api::{ApiError, ListOptions};
 
 use super::ApiState;
@@ -52,6 +53,7 @@ pub async fn serve(
     ns: Option<&str>,
     name: Option<&str>,
     opts: &ListOptions,
+    printing: Option<super::Printing>,
 ) -> Result<Response, ApiError> {
     let timeout = match opts.timeout_seconds {
         // Clamped to a day so the deadline arithmetic cannot overflow.
@@ -92,6 +94,7 @@ pub async fn serve(
         shutdown,
         _guard: guard,
     };
+    let kind = reg.def.kind;
     let body = futures_util::stream::unfold(s, |mut s| async move {
         if let Some(line) = s.initial.next() {
             return Some((Ok::<Bytes, std::io::Error>(line), s));
@@ -102,5 +105,32 @@ pub async fn serve(
             _ = s.shutdown.cancelled() => None,
         }
     });
-    Ok(streaming(Body::from_stream(body)))
+    match printing {
+        None => Ok(streaming(Body::from_stream(body))),
+        Some(p) => {
+            let printed =
+                body.map(move |line| line.map(|l| print_event(kind, &l, p.include_object)));
+            Ok(streaming(Body::from_stream(printed)))
+        }
+    }
+}
+
+/// A watch event with its object replaced by a one-row Table (`kubectl get -w`); bookmarks and
+/// errors pass through.
+fn print_event(kind: &str, line: &[u8], include_object: bool) -> Bytes {
+    let Ok(mut ev) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return Bytes::copy_from_slice(line);
+    };
+    match ev["type"].as_str() {
+        Some("ADDED") | Some("MODIFIED") | Some("DELETED") => {
+            let obj = ev["object"].take();
+            let rv = rkube_api::meta::resource_version(&obj).to_string();
+            ev["object"] =
+                super::table::table(kind, std::slice::from_ref(&obj), &rv, None, include_object);
+            let mut out = serde_json::to_vec(&ev).unwrap_or_default();
+            out.push(b'\n');
+            Bytes::from(out)
+        }
+        _ => Bytes::copy_from_slice(line),
+    }
 }

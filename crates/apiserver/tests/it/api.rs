@@ -803,3 +803,74 @@ async fn failover_and_metrics_etcd() {
         failover_and_metrics(&c).await;
     }
 }
+
+async fn tables_for_kubectl(c: &Cluster) {
+    c.post("/api/v1/namespaces/default/pods", &pod("t1", json!({})))
+        .await;
+    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+    let t: Value = c
+        .http
+        .get(format!("{}/api/v1/namespaces/default/pods", c.base))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(t["kind"], "Table");
+    let names: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["priority"] == 0)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Name", "Ready", "Status", "Restarts", "Age"]);
+    assert_eq!(t["rows"][0]["cells"][0], "t1");
+    assert_eq!(t["rows"][0]["cells"][1], "0/1");
+    assert_eq!(t["rows"][0]["cells"][2], "Pending");
+    assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    let one: Value = c
+        .http
+        .get(format!(
+            "{}/api/v1/namespaces/default/pods/t1?includeObject=Object",
+            c.base
+        ))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["rows"][0]["object"]["kind"], "Pod");
+    let ns: Value = c
+        .http
+        .get(format!("{}/api/v1/namespaces", c.base))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ns["rows"][0]["cells"][1], "Active");
+    // Discovery lists the resource with its short name.
+    let (_, core) = c.get("/api/v1").await;
+    assert!(core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == "pods" && r["shortNames"] == json!(["po"])));
+    let (_, groups) = c.get("/apis").await;
+    assert!(groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["name"] == "apps"));
+}
+
+cases! {
+    tables_for_kubectl, tables_for_kubectl_rkube, tables_for_kubectl_etcd;
+}
