@@ -2,6 +2,7 @@
 //! types, and the one place an `ApiError` becomes a `kind: Status` response.
 
 pub mod discovery;
+pub mod openapi;
 pub mod request;
 pub mod subresources;
 pub mod table;
@@ -257,9 +258,14 @@ async fn serve(
         }
         ("POST", None) => {
             let dry = dry_run(&query)?;
+            let fv = FieldValidation::from_query(&query)?;
             let body = parse_object(&read_body(req.into_body()).await?)?;
+            let warnings = fv.check(reg.def.kind, &body)?;
             let obj = reg.create(ns, body, dry).await?;
-            Ok(json_value(StatusCode::CREATED, &obj))
+            Ok(with_warnings(
+                json_value(StatusCode::CREATED, &obj),
+                &warnings,
+            ))
         }
         ("POST", Some(name)) => {
             let dry = dry_run(&query)?;
@@ -276,15 +282,15 @@ async fn serve(
             match sub {
                 Some("scale") => subresources::update_scale(reg, ns, name, body, dry).await,
                 Some("finalize") | Some("status") | None => {
+                    let warnings =
+                        FieldValidation::from_query(&query)?.check(reg.def.kind, &body)?;
                     let (obj, created) = reg.update(ns, name, body, sub, dry).await?;
-                    Ok(json_value(
-                        if created {
-                            StatusCode::CREATED
-                        } else {
-                            StatusCode::OK
-                        },
-                        &obj,
-                    ))
+                    let code = if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    Ok(with_warnings(json_value(code, &obj), &warnings))
                 }
                 Some(_) => Err(ApiError::method_not_supported(&gr, "update")),
             }
@@ -301,7 +307,16 @@ async fn serve(
                 Some("scale") => subresources::patch_scale(reg, ns, name, pt, &body, dry).await,
                 Some("status") | None => Ok(json_value(
                     StatusCode::OK,
-                    &reg.patch(ns, name, pt, &body, sub, dry).await?,
+                    &reg.patch(
+                        ns,
+                        name,
+                        pt,
+                        &body,
+                        sub,
+                        dry,
+                        FieldValidation::from_query(&query)? == FieldValidation::Strict,
+                    )
+                    .await?,
                 )),
                 Some(_) => Err(ApiError::method_not_supported(&gr, "patch")),
             }
@@ -327,6 +342,63 @@ async fn serve(
         }
         (m, _) => Err(ApiError::method_not_supported(&gr, &m.to_lowercase())),
     }
+}
+
+/// `fieldValidation`: what to do about fields the type does not declare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    Strict,
+    Warn,
+    Ignore,
+}
+
+impl FieldValidation {
+    fn from_query(q: &[(String, String)]) -> Result<Self, ApiError> {
+        match q
+            .iter()
+            .find(|(k, _)| k == "fieldValidation")
+            .map(|(_, v)| v.as_str())
+        {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation must be one of Ignore, Warn, Strict; got {other:?}"
+            ))),
+        }
+    }
+
+    /// Refuses (Strict) or returns warnings (Warn) for undeclared fields of `body`.
+    fn check(self, kind: &str, body: &Value) -> Result<Vec<String>, ApiError> {
+        if self == FieldValidation::Ignore {
+            return Ok(Vec::new());
+        }
+        let unknown = crate::registry::strategy::unknown_fields(kind, body);
+        if unknown.is_empty() {
+            return Ok(Vec::new());
+        }
+        let msgs: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        if self == FieldValidation::Strict {
+            return Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                msgs.join(", ")
+            )));
+        }
+        Ok(msgs)
+    }
+}
+
+/// Adds `Warning: 299 - "<text>"` headers, as upstream reports non-fatal problems.
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        if let Ok(v) = format!("299 - {:?}", w).parse() {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
 }
 
 /// A request for server-side printing (`as=Table`).
@@ -421,6 +493,9 @@ fn discovery_doc(path: &str) -> Option<Value> {
         ["apis"] => Some(discovery::group_list()),
         ["apis", g] => discovery::group(g),
         ["apis", g, v] => discovery::resource_list(g, v),
+        ["openapi", "v3"] => Some(openapi::index()),
+        ["openapi", "v3", "api", v] => openapi::group_version("", v),
+        ["openapi", "v3", "apis", g, v] => openapi::group_version(g, v),
         _ => None,
     }
 }

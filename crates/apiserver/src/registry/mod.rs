@@ -864,6 +864,7 @@ impl Registry {
         patch: &[u8],
         subresource: Option<&str>,
         dry_run: bool,
+        strict_fields: bool,
     ) -> Result<Value, ApiError> {
         let patch: Value = serde_json::from_slice(patch)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
@@ -885,6 +886,19 @@ impl Registry {
                                 }],
                             )
                         })?
+                    }
+                }
+                if strict_fields {
+                    let unknown = strategy::unknown_fields(self.def.kind, &target);
+                    if !unknown.is_empty() {
+                        let msgs: Vec<String> = unknown
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\""))
+                            .collect();
+                        return Err(ApiError::bad_request(format!(
+                            "strict decoding error: {}",
+                            msgs.join(", ")
+                        )));
                     }
                 }
                 self.prepare_update(ns, name, cur, target, subresource)

@@ -649,3 +649,65 @@ mod tests {
         assert_eq!(grace_period("ConfigMap", &scheduled, None), None);
     }
 }
+
+/// Fields present in `obj` that the kind's type does not declare (what upstream's strict
+/// decoding reports), as dotted paths such as `spec.replica`.
+pub fn unknown_fields(kind: &str, obj: &Value) -> Vec<String> {
+    let Ok(known) = canonicalize(kind, obj.clone()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    diff_fields(obj, &known, "", &mut out);
+    out
+}
+
+fn diff_fields(given: &Value, known: &Value, path: &str, out: &mut Vec<String>) {
+    match (given, known) {
+        (Value::Object(g), Value::Object(k)) => {
+            for (key, v) in g {
+                let p = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match k.get(key) {
+                    None if !v.is_null() => out.push(p),
+                    Some(kv) => diff_fields(v, kv, &p, out),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(g), Value::Array(k)) => {
+            for (i, (gv, kv)) in g.iter().zip(k.iter()).enumerate() {
+                diff_fields(gv, kv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod unknown_field_tests {
+    use super::*;
+
+    #[test]
+    fn finds_undeclared_fields() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "bogus": 1},
+            "spec": {"replica": 3, "selector": {"matchLabels": {"a": "b"}}, "template": {"spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyy": "x"}]}}}});
+        let mut u = unknown_fields("Deployment", &d);
+        u.sort();
+        assert_eq!(
+            u,
+            [
+                "metadata.bogus",
+                "spec.replica",
+                "spec.template.spec.containers[0].imagePullPolicyy"
+            ]
+        );
+        assert!(unknown_fields(
+            "ConfigMap",
+            &json!({"metadata": {"name": "a"}, "data": {"k": "v"}})
+        )
+        .is_empty());
+    }
+}

@@ -874,3 +874,59 @@ async fn tables_for_kubectl(c: &Cluster) {
 cases! {
     tables_for_kubectl, tables_for_kubectl_rkube, tables_for_kubectl_etcd;
 }
+
+async fn field_validation(c: &Cluster) {
+    let bogus = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fv"}, "data": {"k": "v"}, "dta": {"x": "y"}});
+    let (code, e) = c
+        .post(
+            "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+            &bogus,
+        )
+        .await;
+    assert_eq!(code, 400);
+    assert_eq!(e["message"], "strict decoding error: unknown field \"dta\"");
+    let resp = c
+        .http
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps?fieldValidation=Warn",
+            c.base
+        ))
+        .json(&bogus)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(
+        resp.headers().get("warning").and_then(|w| w.to_str().ok()),
+        Some("299 - \"unknown field \\\"dta\\\"\"")
+    );
+    let created: Value = resp.json().await.unwrap();
+    assert!(created.get("dta").is_none(), "unknown fields are dropped");
+    let (code, _) = c
+        .req(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/fv?fieldValidation=Strict",
+            Some(&json!({"nope": 1})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(code, 400);
+    // kubectl finds the fieldValidation parameter in the OpenAPI v3 document.
+    let (_, index) = c.get("/openapi/v3").await;
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, doc) = c.get(&url).await;
+    assert_eq!(code, 200);
+    let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+    assert!(patch["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "fieldValidation"));
+}
+
+cases! {
+    field_validation, field_validation_rkube, field_validation_etcd;
+}
