@@ -310,11 +310,14 @@ async fn serve(
                     &reg.patch(
                         ns,
                         name,
-                        pt,
-                        &body,
-                        sub,
-                        dry,
-                        FieldValidation::from_query(&query)? == FieldValidation::Strict,
+                        crate::registry::PatchRequest {
+                            patch_type: pt,
+                            body: &body,
+                            subresource: sub,
+                            dry_run: dry,
+                            strict_fields: FieldValidation::from_query(&query)?
+                                == FieldValidation::Strict,
+                        },
                     )
                     .await?,
                 )),

@@ -860,12 +860,15 @@ impl Registry {
         &self,
         ns: &str,
         name: &str,
-        patch_type: PatchType,
-        patch: &[u8],
-        subresource: Option<&str>,
-        dry_run: bool,
-        strict_fields: bool,
+        req: PatchRequest<'_>,
     ) -> Result<Value, ApiError> {
+        let PatchRequest {
+            patch_type,
+            body: patch,
+            subresource,
+            dry_run,
+            strict_fields,
+        } = req;
         let patch: Value = serde_json::from_slice(patch)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
         let (obj, _) = self
@@ -1032,6 +1035,16 @@ fn add_unique(list: &mut Vec<String>, f: &str) {
     if !list.iter().any(|x| x == f) {
         list.push(f.to_string());
     }
+}
+
+/// What a PATCH asks for.
+pub struct PatchRequest<'a> {
+    pub patch_type: PatchType,
+    pub body: &'a [u8],
+    pub subresource: Option<&'a str>,
+    pub dry_run: bool,
+    /// `fieldValidation=Strict`: undeclared fields in the patched object are an error.
+    pub strict_fields: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
