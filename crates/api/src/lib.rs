@@ -13,6 +13,7 @@ pub mod patch;
 pub mod resources;
 pub mod selector;
 pub mod status;
+pub mod strategic;
 pub mod validation;
 
 pub use fields::FieldSelector;

@@ -301,6 +301,7 @@ async fn serve(
             let pt = match content_type.split(';').next().unwrap_or("").trim() {
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,
+                "application/strategic-merge-patch+json" => PatchType::Strategic,
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
             match sub {

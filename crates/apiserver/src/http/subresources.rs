@@ -293,6 +293,8 @@ pub async fn patch_scale(
         let mut s = scale.clone();
         match pt {
             PatchType::Merge => rkube_api::patch::merge_patch(&mut s, &patch),
+            PatchType::Strategic => rkube_api::strategic::apply("Scale", &mut s, &patch)
+                .map_err(ApiError::bad_request)?,
             PatchType::Json => {
                 rkube_api::patch::json_patch(&mut s, &patch).map_err(ApiError::bad_request)?
             }

@@ -876,6 +876,22 @@ impl Registry {
                 let mut target = cur.clone();
                 match patch_type {
                     PatchType::Merge => rkube_api::patch::merge_patch(&mut target, &patch),
+                    PatchType::Strategic => {
+                        rkube_api::strategic::apply(self.def.kind, &mut target, &patch).map_err(
+                            |e| {
+                                ApiError::invalid(
+                                    self.def.group,
+                                    self.def.kind,
+                                    name,
+                                    vec![StatusCause {
+                                        reason: "FieldValueInvalid".into(),
+                                        message: e,
+                                        field: String::new(),
+                                    }],
+                                )
+                            },
+                        )?
+                    }
                     PatchType::Json => {
                         rkube_api::patch::json_patch(&mut target, &patch).map_err(|e| {
                             ApiError::invalid(
@@ -1051,6 +1067,7 @@ pub struct PatchRequest<'a> {
 pub enum PatchType {
     Merge,
     Json,
+    Strategic,
 }
 
 trait KindMismatch {

@@ -930,3 +930,58 @@ async fn field_validation(c: &Cluster) {
 cases! {
     field_validation, field_validation_rkube, field_validation_etcd;
 }
+
+async fn strategic_merge_patch(c: &Cluster) {
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "smp"},
+        "spec": {"selector": {"matchLabels": {"app": "smp"}}, "template": {"metadata": {"labels": {"app": "smp"}},
+        "spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2", "ports": [{"containerPort": 80}]}, {"name": "side", "image": "busybox"}]}}}});
+    assert_eq!(
+        c.post("/apis/apps/v1/namespaces/default/deployments", &d)
+            .await
+            .0,
+        201
+    );
+    // What `kubectl set image deploy/smp nginx=nginx:1.16.1` sends.
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.16.1"}]}}}});
+    let (code, got) = c
+        .req(
+            "PATCH",
+            "/apis/apps/v1/namespaces/default/deployments/smp",
+            Some(&patch),
+            "application/strategic-merge-patch+json",
+        )
+        .await;
+    assert_eq!(code, 200, "{got}");
+    let cs = got["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        (cs.len(), cs[0]["image"].as_str(), cs[1]["image"].as_str()),
+        (2, Some("nginx:1.16.1"), Some("busybox"))
+    );
+    assert_eq!(cs[0]["ports"][0]["containerPort"], 80);
+    assert_eq!(got["metadata"]["generation"], 2);
+    let bad = json!({"spec": {"template": {"spec": {"containers": [{"image": "no-name"}]}}}});
+    let (code, _) = c
+        .req(
+            "PATCH",
+            "/apis/apps/v1/namespaces/default/deployments/smp",
+            Some(&bad),
+            "application/strategic-merge-patch+json",
+        )
+        .await;
+    assert_eq!(code, 422);
+    let (code, _) = c
+        .req(
+            "PATCH",
+            "/apis/apps/v1/namespaces/default/deployments/smp",
+            Some(&patch),
+            "application/apply-patch+yaml",
+        )
+        .await;
+    assert_eq!(code, 415);
+}
+
+cases! {
+    strategic_merge_patch, strategic_merge_patch_rkube, strategic_merge_patch_etcd;
+}
