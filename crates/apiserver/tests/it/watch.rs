@@ -395,3 +395,44 @@ cases! {
     events_can_be_watched, events_can_be_watched_rkube, events_can_be_watched_etcd;
     guards_against_hostile_input, guards_against_hostile_input_rkube, guards_against_hostile_input_etcd;
 }
+
+async fn bookmark_before_deadline_then_silent_end(c: &Cluster) {
+    // A long bookmark interval: only the "2 s before the deadline" bookmark can arrive.
+    let (_, p) = c
+        .post("/api/v1/namespaces/default/pods", &pod("dl", json!({})))
+        .await;
+    let mut w = c.watch(&format!("/api/v1/namespaces/default/pods?watch=1&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds=4", rv_of(&p))).await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "elsewhere"}});
+    let (_, other) = c.post("/api/v1/namespaces/default/configmaps", &cm).await;
+    let bm = w
+        .until(Duration::from_secs(4), |e| e["type"] == "BOOKMARK")
+        .await;
+    assert!(rv_of(&bm["object"]) >= rv_of(&other));
+    let started = tokio::time::Instant::now();
+    assert!(
+        w.next(Duration::from_secs(6)).await.is_none(),
+        "the stream ends at its deadline without an error event"
+    );
+    assert!(started.elapsed() < Duration::from_secs(6));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmark_before_deadline_rkube() {
+    let c = Cluster::start(Backend::Rkube, |cfg| {
+        cfg.cache.bookmark_interval = Duration::from_secs(600)
+    })
+    .await
+    .unwrap();
+    bookmark_before_deadline_then_silent_end(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmark_before_deadline_etcd() {
+    if let Some(c) = Cluster::start(Backend::Etcd, |cfg| {
+        cfg.cache.bookmark_interval = Duration::from_secs(600)
+    })
+    .await
+    {
+        bookmark_before_deadline_then_silent_end(&c).await;
+    }
+}
