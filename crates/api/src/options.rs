@@ -188,14 +188,6 @@ impl ListOptions {
         }
         Ok(())
     }
-
-    /// The resourceVersion as a number; `None` when unset or empty.
-    pub fn rv_number(&self) -> Option<u64> {
-        self.resource_version
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .and_then(|s| s.parse().ok())
-    }
 }
 
 /// How a delete request asked dependents to be handled.

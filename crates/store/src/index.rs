@@ -149,14 +149,6 @@ impl TreeIndex {
         });
         removed
     }
-
-    /// Approximate heap bytes held (for metrics).
-    pub fn approx_bytes(&self) -> usize {
-        self.keys
-            .iter()
-            .map(|(k, ki)| k.len() + ki.revs.capacity() * std::mem::size_of::<RevEntry>() + 64)
-            .sum()
-    }
 }
 
 #[cfg(test)]

@@ -173,15 +173,6 @@ impl Cacher {
         self.state.lock().unwrap().watchers.len()
     }
 
-    /// Approximate bytes held by cached objects (their JSON and selectable fields).
-    pub fn approx_bytes(&self) -> usize {
-        let st = self.state.lock().unwrap();
-        st.objects
-            .values()
-            .map(|o| o.approx_bytes() + o.key.len())
-            .sum()
-    }
-
     fn not_ready() -> ApiError {
         ApiError::too_many_requests("storage is (re)initializing", 1)
     }

@@ -93,19 +93,6 @@ impl CachedObject {
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.json).unwrap_or(Value::Null)
     }
-
-    /// Approximate bytes held.
-    pub fn approx_bytes(&self) -> usize {
-        self.json.len()
-            + self.key.len()
-            + self.fields.len()
-            + self
-                .labels
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 32)
-                .sum::<usize>()
-            + 96
-    }
 }
 
 /// Which objects a list or watch wants.
@@ -130,13 +117,6 @@ impl Filter {
             }
         }
         self.labels.matches_with(|k| o.label(k)) && self.fields.matches_with(|f| o.field(f))
-    }
-
-    pub fn is_everything(&self) -> bool {
-        self.namespace.is_none()
-            && self.name.is_none()
-            && self.labels.is_empty()
-            && self.fields.is_empty()
     }
 }
 

@@ -484,25 +484,8 @@ async fn expire_events(c: &Cluster) {
 
 async fn two_apiservers_share_storage(c: &Cluster) {
     // A second apiserver on the same storage serves consistent reads of the first one's writes.
-    let mut cfg = rkube_apiserver::Config::new(vec![c.storage_url.clone()]);
-    cfg.storage_timeout = Duration::from_secs(20);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = rkube_daemon::ShutdownToken::new();
-    tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
-    let b = format!("http://{addr}");
+    let (b, stop) = c.second_apiserver().await;
     let http = reqwest::Client::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while http
-        .get(format!("{b}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
-    }
     for i in 0..5 {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("ha-{i}")}});
         let (code, created) = c.post("/api/v1/namespaces/default/configmaps", &cm).await;

@@ -43,6 +43,29 @@ impl Drop for Cluster {
     }
 }
 
+/// Runs an apiserver in-process on 127.0.0.1:0 and waits until `/readyz` answers 200.
+async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, ShutdownToken) {
+    cfg.storage_timeout = Duration::from_secs(20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = ShutdownToken::new();
+    tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status() == 200 {
+                return (base, stop);
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "apiserver not ready within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -133,38 +156,22 @@ impl Cluster {
     ) -> Option<Cluster> {
         let (storage, storage_url) = start_storage(backend).await?;
         let mut cfg = rkube_apiserver::Config::new(vec![storage_url.clone()]);
-        cfg.storage_timeout = Duration::from_secs(20);
         cfg.cache.bookmark_interval = Duration::from_secs(1);
         tweak(&mut cfg);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let api_shutdown = ShutdownToken::new();
-        tokio::spawn(rkube_apiserver::run(cfg, listener, api_shutdown.clone()));
-        let c = Cluster {
-            base: format!("http://{addr}"),
+        let (base, api_shutdown) = start_apiserver(cfg).await;
+        Some(Cluster {
+            base,
             http: reqwest::Client::new(),
             storage_url,
             api_shutdown,
             storage,
-        };
-        c.wait_ready().await;
-        Some(c)
+        })
     }
 
-    async fn wait_ready(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/readyz", self.base)).send().await {
-                if r.status() == 200 {
-                    return;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "apiserver not ready within 30s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
-        }
+    /// Another apiserver on this cluster's storage (HA, or a restart with an empty cache);
+    /// cancel the token to stop it.
+    pub async fn second_apiserver(&self) -> (String, ShutdownToken) {
+        start_apiserver(rkube_apiserver::Config::new(vec![self.storage_url.clone()])).await
     }
 
     pub async fn req(

@@ -260,25 +260,8 @@ async fn watch_resumes_across_apiserver_restart(c: &Cluster) {
         .await;
     }
     // A fresh apiserver (empty cache) on the same storage.
-    let mut cfg = rkube_apiserver::Config::new(vec![c.storage_url.clone()]);
-    cfg.storage_timeout = Duration::from_secs(20);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = rkube_daemon::ShutdownToken::new();
-    tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
+    let (b, stop) = c.second_apiserver().await;
     let http = reqwest::Client::new();
-    let b = format!("http://{addr}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while http
-        .get(format!("{b}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
-    }
     // Resuming from an RV the old apiserver handed out: the three changes, not 410.
     let resp = http
         .get(format!(
