@@ -1,0 +1,484 @@
+//! The HTTP client: one connection pool, the bearer token, the client-side rate limit, and
+//! `Api<K>`, the typed verbs for one resource (in one namespace or across all).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures_util::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ratelimit::TokenBucket;
+use crate::watch::{decode_lines, WatchEvent};
+use crate::{Config, Error};
+
+/// Everything a typed client needs of a resource type.
+pub trait Resource:
+    k8s_openapi::Resource
+    + k8s_openapi::ListableResource
+    + k8s_openapi::Metadata<Ty = ObjectMeta>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Resource for K where
+    K: k8s_openapi::Resource
+        + k8s_openapi::ListableResource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A cheap-to-clone handle on one apiserver.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    /// Watches get no overall timeout; they end by `timeoutSeconds`.
+    stream_http: reqwest::Client,
+    server: String,
+    token: Option<String>,
+    limiter: TokenBucket,
+}
+
+impl Client {
+    pub fn new(cfg: Config) -> Result<Self, Error> {
+        let build = |timeout: Option<std::time::Duration>| {
+            let mut b = reqwest::Client::builder()
+                .user_agent(cfg.user_agent.clone())
+                .tcp_nodelay(true)
+                .pool_max_idle_per_host(64)
+                .connect_timeout(std::time::Duration::from_secs(5));
+            if let Some(t) = timeout {
+                b = b.timeout(t);
+            }
+            b.build().map_err(|e| Error::Config(e.to_string()))
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http: build(Some(cfg.timeout))?,
+                stream_http: build(None)?,
+                server: cfg.server.clone(),
+                token: cfg.token.clone(),
+                limiter: TokenBucket::new(cfg.qps, cfg.burst),
+            }),
+        })
+    }
+
+    /// A client for `http://host:port` with no limits, for tests and tools.
+    pub fn for_server(server: &str) -> Self {
+        Self::new(Config::new(server)).expect("plain HTTP client")
+    }
+
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    fn request(&self, method: reqwest::Method, path_and_query: &str, streaming: bool) -> reqwest::RequestBuilder {
+        let http = if streaming { &self.inner.stream_http } else { &self.inner.http };
+        let mut rb = http.request(method, format!("{}{path_and_query}", self.inner.server));
+        if let Some(t) = &self.inner.token {
+            rb = rb.bearer_auth(t);
+        }
+        rb
+    }
+
+    /// Sends one request (after the rate limit) and returns the body of a 2xx answer.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<bytes::Bytes, Error> {
+        self.inner.limiter.acquire().await;
+        let mut rb = self.request(method, path_and_query, false).header("Accept", "application/json");
+        if let Some((ctype, b)) = body {
+            rb = rb.header("Content-Type", ctype).body(b);
+        }
+        let resp = rb.send().await?;
+        let code = resp.status().as_u16();
+        let bytes = resp.bytes().await?;
+        if (200..300).contains(&code) {
+            Ok(bytes)
+        } else {
+            Err(Error::from_reply(code, &bytes))
+        }
+    }
+
+    /// Sends a request and decodes a JSON answer.
+    pub async fn send_json<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<T, Error> {
+        let bytes = self.send(method, path_and_query, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::Decode(format!("{path_and_query}: {e}")))
+    }
+
+    /// Opens a watch and yields its events; the stream ends when the server ends it.
+    pub async fn watch_raw<K: DeserializeOwned + Send + 'static>(
+        &self,
+        path_and_query: &str,
+    ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
+        self.inner.limiter.acquire().await;
+        let resp = self
+            .request(reqwest::Method::GET, path_and_query, true)
+            .header("Accept", "application/json")
+            .send()
+            .await?;
+        let code = resp.status().as_u16();
+        if !(200..300).contains(&code) {
+            let bytes = resp.bytes().await.unwrap_or_default();
+            return Err(Error::from_reply(code, &bytes));
+        }
+        Ok(decode_lines(resp.bytes_stream().map(|r| r.map_err(Error::from))))
+    }
+}
+
+/// Options for list and watch, in the query's names.
+#[derive(Clone, Debug, Default)]
+pub struct ListParams {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub limit: Option<u32>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub timeout_seconds: Option<u32>,
+    pub allow_watch_bookmarks: bool,
+    pub send_initial_events: bool,
+}
+
+impl ListParams {
+    pub fn labels(mut self, s: &str) -> Self {
+        self.label_selector = Some(s.to_string());
+        self
+    }
+
+    pub fn fields(mut self, s: &str) -> Self {
+        self.field_selector = Some(s.to_string());
+        self
+    }
+
+    fn query(&self, watch: bool) -> String {
+        let mut q: Vec<String> = Vec::new();
+        let mut push = |k: &str, v: &str| q.push(format!("{k}={}", encode(v)));
+        if watch {
+            push("watch", "true");
+        }
+        if let Some(v) = &self.label_selector {
+            push("labelSelector", v);
+        }
+        if let Some(v) = &self.field_selector {
+            push("fieldSelector", v);
+        }
+        if let Some(v) = self.limit {
+            push("limit", &v.to_string());
+        }
+        if let Some(v) = &self.continue_token {
+            push("continue", v);
+        }
+        if let Some(v) = &self.resource_version {
+            push("resourceVersion", v);
+        }
+        if let Some(v) = &self.resource_version_match {
+            push("resourceVersionMatch", v);
+        }
+        if let Some(v) = self.timeout_seconds {
+            push("timeoutSeconds", &v.to_string());
+        }
+        if watch && self.allow_watch_bookmarks {
+            push("allowWatchBookmarks", "true");
+        }
+        if watch && self.send_initial_events {
+            push("sendInitialEvents", "true");
+        }
+        if q.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", q.join("&"))
+        }
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// How a patch body is to be read.
+#[derive(Clone, Debug)]
+pub enum Patch {
+    Merge(Value),
+    Strategic(Value),
+    Json(Value),
+}
+
+impl Patch {
+    fn body(&self) -> (&'static str, Vec<u8>) {
+        let (ct, v) = match self {
+            Patch::Merge(v) => ("application/merge-patch+json", v),
+            Patch::Strategic(v) => ("application/strategic-merge-patch+json", v),
+            Patch::Json(v) => ("application/json-patch+json", v),
+        };
+        (ct, serde_json::to_vec(v).expect("JSON value"))
+    }
+}
+
+/// `DeleteOptions` as the body of a DELETE.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub propagation_policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Preconditions>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preconditions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+impl DeleteParams {
+    pub fn with_uid(uid: &str) -> Self {
+        DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn propagation(mut self, p: &str) -> Self {
+        self.propagation_policy = Some(p.to_string());
+        self
+    }
+
+    pub fn grace(mut self, secs: i64) -> Self {
+        self.grace_period_seconds = Some(secs);
+        self
+    }
+}
+
+/// The typed verbs for resource `K`, in one namespace or (for cluster-scoped resources and
+/// cross-namespace lists) across all.
+pub struct Api<K> {
+    client: Client,
+    namespace: Option<String>,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Api<K> {
+    fn clone(&self) -> Self {
+        Api {
+            client: self.client.clone(),
+            namespace: self.namespace.clone(),
+            _k: PhantomData,
+        }
+    }
+}
+
+impl<K: Resource> Api<K> {
+    pub fn namespaced(client: &Client, namespace: &str) -> Self {
+        Api {
+            client: client.clone(),
+            namespace: Some(namespace.to_string()),
+            _k: PhantomData,
+        }
+    }
+
+    pub fn all(client: &Client) -> Self {
+        Api {
+            client: client.clone(),
+            namespace: None,
+            _k: PhantomData,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `/api/v1/namespaces/ns/pods[/name[/sub]]`.
+    pub fn path(&self, name: Option<&str>, sub: Option<&str>) -> String {
+        let mut p = if K::GROUP.is_empty() {
+            format!("/api/{}", K::VERSION)
+        } else {
+            format!("/apis/{}/{}", K::GROUP, K::VERSION)
+        };
+        if let Some(ns) = &self.namespace {
+            p.push_str("/namespaces/");
+            p.push_str(ns);
+        }
+        p.push('/');
+        p.push_str(K::URL_PATH_SEGMENT);
+        if let Some(n) = name {
+            p.push('/');
+            p.push_str(n);
+        }
+        if let Some(s) = sub {
+            p.push('/');
+            p.push_str(s);
+        }
+        p
+    }
+
+    /// The namespace-qualified API for an object's own namespace (namespaced kinds).
+    pub fn in_namespace_of(client: &Client, obj: &K) -> Self {
+        match obj.metadata().namespace.as_deref() {
+            Some(ns) => Self::namespaced(client, ns),
+            None => Self::all(client),
+        }
+    }
+
+    pub async fn get(&self, name: &str) -> Result<K, Error> {
+        self.client.send_json(reqwest::Method::GET, &self.path(Some(name), None), None).await
+    }
+
+    /// `get`, with 404 as `None`.
+    pub async fn get_opt(&self, name: &str) -> Result<Option<K>, Error> {
+        match self.get(name).await {
+            Ok(o) => Ok(Some(o)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn list(&self, lp: &ListParams) -> Result<k8s_openapi::List<K>, Error> {
+        let path = format!("{}{}", self.path(None, None), lp.query(false));
+        self.client.send_json(reqwest::Method::GET, &path, None).await
+    }
+
+    pub async fn watch(
+        &self,
+        lp: &ListParams,
+    ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
+        let path = format!("{}{}", self.path(None, None), lp.query(true));
+        self.client.watch_raw(&path).await
+    }
+
+    pub async fn create(&self, obj: &K) -> Result<K, Error> {
+        let body = serde_json::to_vec(obj).map_err(|e| Error::Decode(e.to_string()))?;
+        self.client
+            .send_json(reqwest::Method::POST, &self.path(None, None), Some(("application/json", body)))
+            .await
+    }
+
+    pub async fn replace(&self, name: &str, obj: &K) -> Result<K, Error> {
+        self.put(name, None, obj).await
+    }
+
+    pub async fn replace_status(&self, name: &str, obj: &K) -> Result<K, Error> {
+        self.put(name, Some("status"), obj).await
+    }
+
+    async fn put(&self, name: &str, sub: Option<&str>, obj: &K) -> Result<K, Error> {
+        let body = serde_json::to_vec(obj).map_err(|e| Error::Decode(e.to_string()))?;
+        self.client
+            .send_json(reqwest::Method::PUT, &self.path(Some(name), sub), Some(("application/json", body)))
+            .await
+    }
+
+    pub async fn patch(&self, name: &str, patch: &Patch) -> Result<K, Error> {
+        self.client
+            .send_json(reqwest::Method::PATCH, &self.path(Some(name), None), Some(patch.body()))
+            .await
+    }
+
+    pub async fn patch_status(&self, name: &str, patch: &Patch) -> Result<K, Error> {
+        self.client
+            .send_json(reqwest::Method::PATCH, &self.path(Some(name), Some("status")), Some(patch.body()))
+            .await
+    }
+
+    /// Deletes; the answer (the object being deleted, or a Status) is returned as JSON.
+    pub async fn delete(&self, name: &str, dp: &DeleteParams) -> Result<Value, Error> {
+        let body = serde_json::to_vec(dp).expect("DeleteOptions");
+        self.client
+            .send_json(reqwest::Method::DELETE, &self.path(Some(name), None), Some(("application/json", body)))
+            .await
+    }
+
+    /// POST to a subresource (`binding`, `eviction`).
+    pub async fn create_subresource(&self, name: &str, sub: &str, body: &Value) -> Result<Value, Error> {
+        let b = serde_json::to_vec(body).expect("JSON value");
+        self.client
+            .send_json(reqwest::Method::POST, &self.path(Some(name), Some(sub)), Some(("application/json", b)))
+            .await
+    }
+
+    /// GET a subresource (`scale`).
+    pub async fn get_subresource(&self, name: &str, sub: &str) -> Result<Value, Error> {
+        self.client.send_json(reqwest::Method::GET, &self.path(Some(name), Some(sub)), None).await
+    }
+
+    /// PUT a subresource (`scale`).
+    pub async fn replace_subresource(&self, name: &str, sub: &str, body: &Value) -> Result<Value, Error> {
+        let b = serde_json::to_vec(body).expect("JSON value");
+        self.client
+            .send_json(reqwest::Method::PUT, &self.path(Some(name), Some(sub)), Some(("application/json", b)))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+
+    #[test]
+    fn paths_follow_the_api_layout() {
+        let c = Client::for_server("http://127.0.0.1:1");
+        assert_eq!(Api::<Pod>::namespaced(&c, "ns").path(Some("p"), Some("status")), "/api/v1/namespaces/ns/pods/p/status");
+        assert_eq!(Api::<Deployment>::all(&c).path(None, None), "/apis/apps/v1/deployments");
+        assert_eq!(Api::<Node>::all(&c).path(Some("n1"), None), "/api/v1/nodes/n1");
+    }
+
+    #[test]
+    fn query_is_encoded() {
+        let lp = ListParams {
+            allow_watch_bookmarks: true,
+            resource_version: Some("12".into()),
+            ..Default::default()
+        }
+        .fields("spec.nodeName=n 1")
+        .labels("app in (a,b)");
+        assert_eq!(
+            lp.query(true),
+            "?watch=true&labelSelector=app%20in%20%28a%2Cb%29&fieldSelector=spec.nodeName%3Dn%201&resourceVersion=12&allowWatchBookmarks=true"
+        );
+        assert_eq!(ListParams::default().query(false), "");
+    }
+}

@@ -1,0 +1,160 @@
+//! The event recorder: core/v1 Events about objects, sent in the background and aggregated as
+//! upstream's recorder does — the same (object, type, reason, message, source) again bumps
+//! `count` and `lastTimestamp` of the existing Event instead of creating another.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Api, Client, Patch, Resource};
+
+/// A reference to `obj` for `involvedObject`.
+pub fn object_ref<K: Resource>(obj: &K) -> ObjectReference {
+    let m = obj.metadata();
+    ObjectReference {
+        api_version: Some(K::API_VERSION.to_string()),
+        kind: Some(K::KIND.to_string()),
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        uid: m.uid.clone(),
+        resource_version: m.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+struct Pending {
+    regarding: ObjectReference,
+    type_: &'static str,
+    reason: String,
+    message: String,
+}
+
+/// Cheap to clone; events go through a bounded channel and are dropped (with a log line) when
+/// it is full, as upstream drops them rather than block a controller.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl Recorder {
+    /// Starts the sender task for `component` (the `source.component`), on `host` if given.
+    pub fn new(client: &Client, component: &str, host: Option<&str>, shutdown: CancellationToken) -> Self {
+        let (tx, rx) = mpsc::channel(1000);
+        let sender = Sender {
+            client: client.clone(),
+            source: EventSource {
+                component: Some(component.to_string()),
+                host: host.map(str::to_string),
+            },
+            seen: HashMap::new(),
+        };
+        tokio::spawn(sender.run(rx, shutdown));
+        Recorder { tx }
+    }
+
+    pub fn normal(&self, regarding: ObjectReference, reason: &str, message: String) {
+        self.event(regarding, "Normal", reason, message);
+    }
+
+    pub fn warning(&self, regarding: ObjectReference, reason: &str, message: String) {
+        self.event(regarding, "Warning", reason, message);
+    }
+
+    pub fn event(&self, regarding: ObjectReference, type_: &'static str, reason: &str, message: String) {
+        let p = Pending {
+            regarding,
+            type_,
+            reason: reason.to_string(),
+            message,
+        };
+        if self.tx.try_send(p).is_err() {
+            tracing::warn!(reason, "event dropped: recorder queue full");
+        }
+    }
+}
+
+type Key = (String, String, String, String, &'static str, String, String);
+
+struct Sender {
+    client: Client,
+    source: EventSource,
+    /// aggregation key → (event namespace, event name, count)
+    seen: HashMap<Key, (String, String, i32)>,
+}
+
+impl Sender {
+    async fn run(mut self, mut rx: mpsc::Receiver<Pending>, shutdown: CancellationToken) {
+        loop {
+            let p = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                p = rx.recv() => match p { Some(p) => p, None => return },
+            };
+            if let Err(e) = self.send(p).await {
+                tracing::warn!(error = %e, "could not write event");
+            }
+        }
+    }
+
+    async fn send(&mut self, p: Pending) -> Result<(), crate::Error> {
+        let r = &p.regarding;
+        let ns = r.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+        let key: Key = (
+            ns.clone(),
+            r.kind.clone().unwrap_or_default(),
+            r.name.clone().unwrap_or_default(),
+            r.uid.clone().unwrap_or_default(),
+            p.type_,
+            p.reason.clone(),
+            p.message.clone(),
+        );
+        let now = crate::now();
+        let api: Api<Event> = Api::namespaced(&self.client, &ns);
+        if let Some((ens, name, count)) = self.seen.get(&key).cloned() {
+            let patch = json!({"count": count + 1, "lastTimestamp": Time(now)});
+            match Api::<Event>::namespaced(&self.client, &ens).patch(&name, &Patch::Merge(patch)).await {
+                Ok(_) => {
+                    self.seen.insert(key, (ens, name, count + 1));
+                    return Ok(());
+                }
+                Err(e) if e.is_not_found() => {
+                    self.seen.remove(&key);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let name = format!(
+            "{}.{:x}",
+            r.name.as_deref().unwrap_or("unknown"),
+            now.timestamp_nanos_opt().unwrap_or_default()
+        );
+        let ev = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            involved_object: p.regarding.clone(),
+            reason: Some(p.reason),
+            message: Some(p.message),
+            type_: Some(p.type_.to_string()),
+            source: Some(self.source.clone()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: None::<MicroTime>,
+            count: Some(1),
+            reporting_component: self.source.component.clone(),
+            reporting_instance: self.source.host.clone(),
+            ..Default::default()
+        };
+        api.create(&ev).await?;
+        if self.seen.len() >= 4096 {
+            self.seen.clear();
+        }
+        self.seen.insert(key, (ns, name, 1));
+        Ok(())
+    }
+}
