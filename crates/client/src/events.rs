@@ -3,6 +3,7 @@
 //! `count` and `lastTimestamp` of the existing Event instead of creating another.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -27,6 +28,7 @@ pub fn object_ref<K: Resource>(obj: &K) -> ObjectReference {
 }
 
 struct Pending {
+    component: Arc<str>,
     regarding: ObjectReference,
     type_: &'static str,
     reason: String,
@@ -38,6 +40,7 @@ struct Pending {
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Pending>,
+    component: Arc<str>,
 }
 
 impl Recorder {
@@ -53,7 +56,18 @@ impl Recorder {
             seen: HashMap::new(),
         };
         tokio::spawn(sender.run(rx, shutdown));
-        Recorder { tx }
+        Recorder {
+            tx,
+            component: component.into(),
+        }
+    }
+
+    /// The same sender, reporting as another component (`source.component`).
+    pub fn for_component(&self, component: &str) -> Self {
+        Recorder {
+            tx: self.tx.clone(),
+            component: component.into(),
+        }
     }
 
     pub fn normal(&self, regarding: ObjectReference, reason: &str, message: String) {
@@ -66,6 +80,7 @@ impl Recorder {
 
     pub fn event(&self, regarding: ObjectReference, type_: &'static str, reason: &str, message: String) {
         let p = Pending {
+            component: self.component.clone(),
             regarding,
             type_,
             reason: reason.to_string(),
@@ -77,7 +92,7 @@ impl Recorder {
     }
 }
 
-type Key = (String, String, String, String, &'static str, String, String);
+type Key = (String, String, String, String, &'static str, String, String, Arc<str>);
 
 struct Sender {
     client: Client,
@@ -110,8 +125,13 @@ impl Sender {
             p.type_,
             p.reason.clone(),
             p.message.clone(),
+            p.component.clone(),
         );
         let now = crate::now();
+        let source = EventSource {
+            component: Some(p.component.to_string()),
+            host: self.source.host.clone(),
+        };
         let api: Api<Event> = Api::namespaced(&self.client, &ns);
         if let Some((ens, name, count)) = self.seen.get(&key).cloned() {
             let patch = json!({"count": count + 1, "lastTimestamp": Time(now)});
@@ -141,13 +161,13 @@ impl Sender {
             reason: Some(p.reason),
             message: Some(p.message),
             type_: Some(p.type_.to_string()),
-            source: Some(self.source.clone()),
+            source: Some(source.clone()),
             first_timestamp: Some(Time(now)),
             last_timestamp: Some(Time(now)),
             event_time: None::<MicroTime>,
             count: Some(1),
-            reporting_component: self.source.component.clone(),
-            reporting_instance: self.source.host.clone(),
+            reporting_component: source.component.clone(),
+            reporting_instance: source.host.clone(),
             ..Default::default()
         };
         api.create(&ev).await?;

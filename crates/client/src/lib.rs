@@ -18,6 +18,7 @@ pub use config::{ClientFlags, Config};
 pub use error::Error;
 pub use informer::{Change, Informer, Store};
 pub use k8s_openapi as k8s;
+pub use reqwest::Method;
 pub use reflector::{Reflector, Stats};
 pub use watch::WatchEvent;
 pub use workqueue::WorkQueue;

@@ -1,0 +1,104 @@
+//! What the controllers share: one client, one event recorder, the metrics registry, and one
+//! informer per resource (so ten controllers watching pods cost one watch).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use rkube_client::events::Recorder;
+use rkube_client::informer::index;
+use rkube_client::{Api, Client, Informer, ListParams, Stats, Store};
+use rkube_daemon::metrics::Registry;
+use tokio_util::sync::CancellationToken;
+
+pub struct Ctx {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Registry>,
+    pub pods: Arc<Store<Pod>>,
+    pub replicasets: Arc<Store<ReplicaSet>>,
+    pub deployments: Arc<Store<Deployment>>,
+    pub nodes: Arc<Store<Node>>,
+    /// Node heartbeats: Leases in `kube-node-lease`.
+    pub node_leases: Arc<Store<Lease>>,
+    pub namespaces: Arc<Store<Namespace>>,
+    informers: std::sync::Mutex<Vec<Box<dyn FnOnce(CancellationToken) + Send>>>,
+}
+
+fn informer<K: rkube_client::Resource>(
+    api: Api<K>,
+    metrics: &Registry,
+) -> (Arc<Store<K>>, Box<dyn FnOnce(CancellationToken) + Send>) {
+    let inf = Informer::new(api, ListParams::default());
+    export(metrics, K::URL_PATH_SEGMENT, inf.stats());
+    let store = inf.store();
+    store.add_index(index::OWNER_UID, index::owner_uid::<K>);
+    (store, Box::new(move |s| {
+        inf.spawn(s);
+    }))
+}
+
+/// Exports a reflector's counters under `resource`.
+pub fn export(metrics: &Registry, resource: &str, stats: Arc<Stats>) {
+    use std::sync::atomic::AtomicU64;
+    let l = [("resource", resource)];
+    let series: [(&str, &str, fn(&Stats) -> &AtomicU64); 5] = [
+        ("reflector_lists_total", "Lists done by the reflector, the first included.", |s| &s.lists),
+        ("reflector_relists_total", "Lists after the first (re-lists).", |s| &s.relists),
+        ("reflector_watches_total", "Watch requests opened by the reflector.", |s| &s.watches),
+        ("reflector_bookmarks_total", "Bookmarks received.", |s| &s.bookmarks),
+        ("reflector_events_total", "Watch events received.", |s| &s.events),
+    ];
+    for (name, help, get) in series {
+        let st = stats.clone();
+        metrics.gauge_fn(name, help, &l, move || Stats::get(get(&st)) as f64);
+    }
+}
+
+impl Ctx {
+    pub fn new(client: Client, recorder: Recorder, metrics: Arc<Registry>) -> Arc<Self> {
+        let mut starts = Vec::new();
+        let (pods, s) = informer(Api::<Pod>::all(&client), &metrics);
+        pods.add_index(index::NODE_NAME, index::pod_node_name);
+        starts.push(s);
+        let (replicasets, s) = informer(Api::<ReplicaSet>::all(&client), &metrics);
+        starts.push(s);
+        let (deployments, s) = informer(Api::<Deployment>::all(&client), &metrics);
+        starts.push(s);
+        let (nodes, s) = informer(Api::<Node>::all(&client), &metrics);
+        starts.push(s);
+        let (node_leases, s) = informer(Api::<Lease>::namespaced(&client, "kube-node-lease"), &metrics);
+        starts.push(s);
+        let (namespaces, s) = informer(Api::<Namespace>::all(&client), &metrics);
+        starts.push(s);
+        Arc::new(Ctx {
+            client,
+            recorder,
+            metrics,
+            pods,
+            replicasets,
+            deployments,
+            nodes,
+            node_leases,
+            namespaces,
+            informers: std::sync::Mutex::new(starts),
+        })
+    }
+
+    /// Starts every informer (after the controllers registered their handlers).
+    pub fn start_informers(&self, shutdown: &CancellationToken) {
+        for start in self.informers.lock().unwrap().drain(..) {
+            start(shutdown.clone());
+        }
+    }
+
+    pub async fn wait_synced(&self) {
+        self.pods.wait_synced().await;
+        self.replicasets.wait_synced().await;
+        self.deployments.wait_synced().await;
+        self.nodes.wait_synced().await;
+        self.node_leases.wait_synced().await;
+        self.namespaces.wait_synced().await;
+    }
+}

@@ -1,0 +1,137 @@
+//! rkube-controller-manager: the Deployment, ReplicaSet, garbage-collector, node-lifecycle and
+//! namespace controllers over shared informers, optionally behind a leader-election Lease.
+
+pub mod context;
+pub mod deployment;
+pub mod expectations;
+pub mod gc;
+pub mod namespace;
+pub mod nodelifecycle;
+pub mod replicaset;
+pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rkube_client::leader::{LeaderElector, Settings};
+use rkube_client::Client;
+use rkube_daemon::health::Ready;
+use rkube_daemon::metrics::Registry;
+use rkube_daemon::ShutdownToken;
+use tokio::net::TcpListener;
+
+pub const CONTROLLERS: [&str; 5] = ["deployment", "replicaset", "garbagecollector", "nodelifecycle", "namespace"];
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub client: rkube_client::Config,
+    /// Controller names; `*` means all, `-name` turns one off.
+    pub controllers: Vec<String>,
+    pub leader_elect: bool,
+    pub leader: Option<Settings>,
+    pub deployment_workers: usize,
+    pub replicaset_workers: usize,
+    pub gc_workers: usize,
+    pub node_monitor_grace_period: Duration,
+    pub node_monitor_period: Duration,
+}
+
+impl Config {
+    pub fn new(client: rkube_client::Config) -> Self {
+        Config {
+            client,
+            controllers: vec!["*".into()],
+            leader_elect: false,
+            leader: None,
+            deployment_workers: 5,
+            replicaset_workers: 5,
+            gc_workers: 20,
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(5),
+        }
+    }
+
+    pub fn enabled(&self, name: &str) -> bool {
+        if self.controllers.iter().any(|c| c.strip_prefix('-') == Some(name)) {
+            return false;
+        }
+        self.controllers.iter().any(|c| c == "*" || c == name)
+    }
+}
+
+/// Serves health and metrics on `listener` and runs the controllers until `shutdown` (or until
+/// leadership is lost, which is an error: the process should restart and campaign again).
+pub async fn run(config: Config, listener: TcpListener, shutdown: ShutdownToken) -> anyhow::Result<()> {
+    for c in &config.controllers {
+        let n = c.trim_start_matches('-');
+        if n != "*" && !CONTROLLERS.contains(&n) {
+            anyhow::bail!("unknown controller {n:?}; known: {}", CONTROLLERS.join(", "));
+        }
+    }
+    let metrics = Registry::new();
+    metrics.gauge_fn("process_resident_memory_bytes", "Resident memory size in bytes.", &[], || {
+        rkube_daemon::metrics::process_rss_bytes() as f64
+    });
+    let ready = Ready::default();
+    let health = rkube_daemon::health::serve(listener, metrics.clone(), ready.clone(), shutdown.clone());
+    let health = tokio::spawn(health);
+    let client = Client::new(config.client.clone())?;
+    if config.leader_elect {
+        let settings = config.leader.clone().unwrap_or_else(|| Settings::new("kube-controller-manager"));
+        let elector = LeaderElector::new(&client, settings);
+        let cfg = config.clone();
+        let m = metrics.clone();
+        let r = ready.clone();
+        let ended = elector
+            .run(shutdown.clone(), move |token| async move {
+                run_controllers(cfg, client, m, r, token).await;
+            })
+            .await;
+        shutdown.cancel();
+        let _ = health.await;
+        if ended == rkube_client::leader::Ended::Lost {
+            anyhow::bail!("leader election lost");
+        }
+        return Ok(());
+    }
+    run_controllers(config, client, metrics, ready, shutdown.clone()).await;
+    let _ = health.await;
+    Ok(())
+}
+
+async fn run_controllers(config: Config, client: Client, metrics: Arc<Registry>, ready: Ready, shutdown: ShutdownToken) {
+    let host = std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string());
+    let recorder = rkube_client::events::Recorder::new(&client, "controller-manager", host.as_deref(), shutdown.clone());
+    let ctx = context::Ctx::new(client.clone(), recorder, metrics);
+    let deployments = config.enabled("deployment").then(|| deployment::DeploymentController::new(ctx.clone()));
+    let replicasets = config.enabled("replicaset").then(|| replicaset::ReplicaSetController::new(ctx.clone()));
+    let gc = config.enabled("garbagecollector").then(|| gc::GarbageCollector::new(ctx.clone()));
+    let namespaces = config.enabled("namespace").then(|| namespace::NamespaceController::new(ctx.clone()));
+    let nodes = config
+        .enabled("nodelifecycle")
+        .then(|| nodelifecycle::NodeLifecycle::new(ctx.clone(), config.node_monitor_grace_period, config.node_monitor_period));
+    ctx.start_informers(&shutdown);
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = ctx.wait_synced() => {}
+    }
+    tracing::info!("caches synced; starting controllers");
+    if let Some(c) = &deployments {
+        c.start(config.deployment_workers, shutdown.clone());
+    }
+    if let Some(c) = &replicasets {
+        c.start(config.replicaset_workers, shutdown.clone());
+    }
+    if let Some(c) = &gc {
+        c.start(config.gc_workers, shutdown.clone());
+    }
+    if let Some(c) = &namespaces {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &nodes {
+        c.start(shutdown.clone());
+    }
+    ready.set(true);
+    shutdown.cancelled().await;
+    ready.set(false);
+}

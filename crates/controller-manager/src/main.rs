@@ -1,0 +1,64 @@
+//! `rkube-controller-manager`: parses upstream-style flags and runs the controllers.
+
+use anyhow::Context;
+use clap::Parser;
+use rkube_client::ClientFlags;
+use rkube_daemon::GoDuration;
+
+#[derive(Parser, Debug)]
+#[command(name = "rkube-controller-manager", version, about = "The controller manager of rkube")]
+struct Flags {
+    #[command(flatten)]
+    client: ClientFlags,
+    /// Address for /healthz and /metrics.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: String,
+    #[arg(long, default_value_t = 10257)]
+    secure_port: u16,
+    /// Controllers to run: `*` for all, `-name` to turn one off.
+    #[arg(long, default_value = "*", value_delimiter = ',')]
+    controllers: Vec<String>,
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: bool,
+    #[arg(long, default_value = "15s")]
+    leader_elect_lease_duration: GoDuration,
+    #[arg(long, default_value = "10s")]
+    leader_elect_renew_deadline: GoDuration,
+    #[arg(long, default_value = "2s")]
+    leader_elect_retry_period: GoDuration,
+    #[arg(long, default_value_t = 5)]
+    concurrent_deployment_syncs: usize,
+    #[arg(long, default_value_t = 5)]
+    concurrent_replicaset_syncs: usize,
+    #[arg(long, default_value_t = 20)]
+    concurrent_gc_syncs: usize,
+    #[arg(long, default_value = "40s")]
+    node_monitor_grace_period: GoDuration,
+    #[arg(long, default_value = "5s")]
+    node_monitor_period: GoDuration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    rkube_daemon::init_tracing();
+    let f = Flags::parse();
+    let client = f.client.config("rkube-controller-manager")?;
+    let mut config = rkube_controller_manager::Config::new(client);
+    config.controllers = f.controllers;
+    config.leader_elect = f.leader_elect;
+    let mut leader = rkube_client::leader::Settings::new("kube-controller-manager");
+    leader.lease_duration = f.leader_elect_lease_duration.into();
+    leader.renew_deadline = f.leader_elect_renew_deadline.into();
+    leader.retry_period = f.leader_elect_retry_period.into();
+    config.leader = Some(leader);
+    config.deployment_workers = f.concurrent_deployment_syncs;
+    config.replicaset_workers = f.concurrent_replicaset_syncs;
+    config.gc_workers = f.concurrent_gc_syncs;
+    config.node_monitor_grace_period = f.node_monitor_grace_period.into();
+    config.node_monitor_period = f.node_monitor_period.into();
+    let addr = format!("{}:{}", f.bind_address, f.secure_port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("listen on {addr}"))?;
+    rkube_controller_manager::run(config, listener, rkube_daemon::shutdown_token()).await
+}

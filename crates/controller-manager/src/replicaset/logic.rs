@@ -1,0 +1,287 @@
+//! The ReplicaSet controller's decisions, without I/O: which pods count, how many to create or
+//! which to delete (upstream's deletion ranking), slow-start batch sizes, and the status.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::chrono::{DateTime, Utc};
+use rkube_api::selector::LabelSelector as Selector;
+
+/// The most pods one sync creates or deletes (upstream's `burstReplicas`).
+pub const BURST_REPLICAS: usize = 500;
+
+/// Not terminal and not being deleted.
+pub fn is_active(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    phase != "Succeeded" && phase != "Failed" && p.metadata.deletion_timestamp.is_none()
+}
+
+/// When the pod's Ready condition turned True, if it is True.
+pub fn ready_since(p: &Pod) -> Option<Option<DateTime<Utc>>> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .map(|c| c.last_transition_time.as_ref().map(|t| t.0))
+}
+
+pub fn is_ready(p: &Pod) -> bool {
+    ready_since(p).is_some()
+}
+
+/// Ready for at least `min_ready_seconds`.
+pub fn is_available(p: &Pod, min_ready_seconds: i32, now: DateTime<Utc>) -> bool {
+    match ready_since(p) {
+        None => false,
+        Some(_) if min_ready_seconds <= 0 => true,
+        Some(None) => false,
+        Some(Some(t)) => t + k8s_openapi::chrono::Duration::seconds(i64::from(min_ready_seconds)) <= now,
+    }
+}
+
+/// Seconds until a ready pod becomes available, when that is still ahead.
+pub fn until_available(p: &Pod, min_ready_seconds: i32, now: DateTime<Utc>) -> Option<i64> {
+    let t = ready_since(p)??;
+    let at = t + k8s_openapi::chrono::Duration::seconds(i64::from(min_ready_seconds));
+    (min_ready_seconds > 0 && at > now).then(|| (at - now).num_seconds() + 1)
+}
+
+pub fn controller_ref(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.as_ref()?.iter().find(|r| r.controller == Some(true))
+}
+
+/// Parses a `metav1.LabelSelector`; an empty or absent one selects nothing here (a controller
+/// must never adopt everything).
+pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
+    let s = s?;
+    let exprs: Vec<(String, String, Vec<String>)> = s
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|e| (e.key.clone(), e.operator.clone(), e.values.clone().unwrap_or_default()))
+        .collect();
+    let labels: BTreeMap<String, String> = s.match_labels.clone().unwrap_or_default();
+    if labels.is_empty() && exprs.is_empty() {
+        return None;
+    }
+    Selector::from_parts(&labels, &exprs).ok()
+}
+
+pub fn labels_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> BTreeMap<String, String> {
+    meta.labels.clone().unwrap_or_default()
+}
+
+/// What to do about the replica count.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Diff {
+    Create(usize),
+    /// Pods to delete, most deletable first.
+    Delete(Vec<String>),
+    None,
+}
+
+/// Compares active owned pods with the desired count (capped at `BURST_REPLICAS` per sync).
+pub fn diff(desired: i32, active: &[Arc<Pod>]) -> Diff {
+    let have = active.len() as i64;
+    let want = i64::from(desired.max(0));
+    match have.cmp(&want) {
+        Ordering::Less => Diff::Create(((want - have) as usize).min(BURST_REPLICAS)),
+        Ordering::Greater => {
+            let n = ((have - want) as usize).min(BURST_REPLICAS);
+            let mut ranked: Vec<Arc<Pod>> = active.to_vec();
+            rank_for_deletion(&mut ranked);
+            Diff::Delete(
+                ranked
+                    .iter()
+                    .take(n)
+                    .map(|p| p.metadata.name.clone().unwrap_or_default())
+                    .collect(),
+            )
+        }
+        Ordering::Equal => Diff::None,
+    }
+}
+
+fn phase_rank(p: &Pod) -> u8 {
+    match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => 0,
+        Some("Unknown") => 1,
+        Some("Running") => 2,
+        _ => 3,
+    }
+}
+
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+fn node(p: &Pod) -> &str {
+    p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("")
+}
+
+/// Upstream's `ActivePodsWithRanks` order, most deletable first: unassigned before assigned;
+/// Pending before Unknown before Running; not ready before ready; more pods of the set on the
+/// same node before fewer; ready for less time before longer; more restarts before fewer;
+/// newer before older.
+pub fn rank_for_deletion(pods: &mut [Arc<Pod>]) {
+    let mut per_node: HashMap<String, usize> = HashMap::new();
+    for p in pods.iter() {
+        if !node(p).is_empty() {
+            *per_node.entry(node(p).to_string()).or_default() += 1;
+        }
+    }
+    let colocated = |p: &Pod| per_node.get(node(p)).copied().unwrap_or(0);
+    pods.sort_by(|a, b| {
+        let (a, b) = (&**a, &**b);
+        node(a).is_empty().cmp(&node(b).is_empty()).reverse()
+            .then(phase_rank(a).cmp(&phase_rank(b)))
+            .then(is_ready(a).cmp(&is_ready(b)))
+            .then(colocated(b).cmp(&colocated(a)))
+            .then_with(|| {
+                // Ready more recently first (only meaningful when both are ready).
+                let ta = ready_since(a).flatten();
+                let tb = ready_since(b).flatten();
+                tb.cmp(&ta)
+            })
+            .then(restarts(b).cmp(&restarts(a)))
+            .then_with(|| {
+                let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                tb.cmp(&ta)
+            })
+    });
+}
+
+/// Slow start: batches of 1, 2, 4, … summing to `n`, so a failing create stops early.
+pub fn slow_start_batches(n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let (mut left, mut size) = (n, 1usize);
+    while left > 0 {
+        let b = size.min(left);
+        out.push(b);
+        left -= b;
+        size *= 2;
+    }
+    out
+}
+
+/// The status for the pods the set owns (active ones), at `now`.
+pub fn status(rs: &ReplicaSet, owned_active: &[Arc<Pod>], now: DateTime<Utc>) -> ReplicaSetStatus {
+    let spec = rs.spec.as_ref();
+    let min_ready = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
+    let template_labels = spec
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let fully = owned_active
+        .iter()
+        .filter(|p| {
+            let l = labels_of(&p.metadata);
+            template_labels.iter().all(|(k, v)| l.get(k) == Some(v))
+        })
+        .count();
+    let ready = owned_active.iter().filter(|p| is_ready(p)).count();
+    let available = owned_active.iter().filter(|p| is_available(p, min_ready, now)).count();
+    let old = rs.status.clone().unwrap_or_default();
+    ReplicaSetStatus {
+        replicas: owned_active.len() as i32,
+        fully_labeled_replicas: Some(fully as i32),
+        ready_replicas: Some(ready as i32),
+        available_replicas: Some(available as i32),
+        observed_generation: rs.metadata.generation,
+        conditions: old.conditions,
+        terminating_replicas: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: &str, phase: &str, ready: Option<&str>, created: &str) -> Arc<Pod> {
+        let mut conds = vec![];
+        if let Some(t) = ready {
+            conds.push(json!({"type": "Ready", "status": "True", "lastTransitionTime": t}));
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "creationTimestamp": created},
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": phase, "conditions": conds}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn diff_creates_and_caps_at_burst() {
+        assert_eq!(diff(3, &[]), Diff::Create(3));
+        assert_eq!(diff(1000, &[]), Diff::Create(500));
+        let p = pod("a", "n", "Running", None, "2026-01-01T00:00:00Z");
+        assert_eq!(diff(1, &[p]), Diff::None);
+    }
+
+    #[test]
+    fn deletion_ranking_follows_upstream() {
+        let t = "2026-01-01T00:00:00Z";
+        let pods = vec![
+            pod("running-ready-old", "n1", "Running", Some("2026-01-01T00:01:00Z"), t),
+            pod("running-ready-new", "n2", "Running", Some("2026-01-01T00:05:00Z"), t),
+            pod("running-notready", "n3", "Running", None, t),
+            pod("pending-assigned", "n4", "Pending", None, t),
+            pod("unassigned", "", "Pending", None, t),
+        ];
+        match diff(0, &pods) {
+            Diff::Delete(names) => assert_eq!(
+                names,
+                ["unassigned", "pending-assigned", "running-notready", "running-ready-new", "running-ready-old"]
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Same state: the newer pod goes first; more pods on one node go first.
+        let pods = vec![
+            pod("older", "a", "Running", None, "2026-01-01T00:00:00Z"),
+            pod("newer", "b", "Running", None, "2026-01-01T00:09:00Z"),
+        ];
+        assert_eq!(diff(1, &pods), Diff::Delete(vec!["newer".into()]));
+        let pods = vec![
+            pod("alone", "a", "Running", None, t),
+            pod("crowded1", "b", "Running", None, t),
+            pod("crowded2", "b", "Running", None, t),
+        ];
+        match diff(2, &pods) {
+            Diff::Delete(n) => assert!(n[0].starts_with("crowded"), "{n:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn slow_start_doubles() {
+        assert_eq!(slow_start_batches(10), [1, 2, 4, 3]);
+        assert_eq!(slow_start_batches(1), [1]);
+        assert!(slow_start_batches(0).is_empty());
+    }
+
+    #[test]
+    fn availability_waits_min_ready_seconds() {
+        let now: DateTime<Utc> = "2026-01-01T00:00:10Z".parse().unwrap();
+        let p = pod("a", "n", "Running", Some("2026-01-01T00:00:05Z"), "2026-01-01T00:00:00Z");
+        assert!(is_available(&p, 0, now));
+        assert!(is_available(&p, 5, now));
+        assert!(!is_available(&p, 6, now));
+        assert_eq!(until_available(&p, 8, now), Some(4));
+        assert!(!is_active(&pod("d", "n", "Succeeded", None, "2026-01-01T00:00:00Z")));
+    }
+}

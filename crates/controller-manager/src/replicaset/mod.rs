@@ -1,0 +1,348 @@
+//! The ReplicaSet controller: keeps `spec.replicas` active pods per set, adopting matching
+//! orphans and releasing pods that no longer match, and reports status. Decisions live in
+//! `logic`; this file wires informer events to the queue and performs the API calls.
+
+pub mod logic;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use rkube_client::events::object_ref;
+use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Ctx;
+use crate::expectations::Expectations;
+use crate::worker::{spawn_workers, Reconciled};
+use logic::{controller_ref, is_active, labels_of, selector, Diff};
+
+pub struct ReplicaSetController {
+    ctx: Arc<Ctx>,
+    queue: Arc<WorkQueue<String>>,
+    expectations: Expectations,
+    recorder: rkube_client::events::Recorder,
+}
+
+/// The RS key a pod's controller reference points to, if it is a ReplicaSet in the cache
+/// with that UID.
+fn owner_key(ctx: &Ctx, pod: &Pod) -> Option<String> {
+    let r = controller_ref(&pod.metadata)?;
+    if r.kind != "ReplicaSet" {
+        return None;
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let rs = ctx.replicasets.get_in(ns, &r.name)?;
+    (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then(|| format!("{ns}/{}", r.name))
+}
+
+/// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
+fn matching_sets(ctx: &Ctx, pod: &Pod) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let labels = labels_of(&pod.metadata);
+    ctx.replicasets
+        .by_index(index::NAMESPACE, ns)
+        .iter()
+        .filter(|rs| {
+            selector(rs.spec.as_ref().map(|s| &s.selector))
+                .is_some_and(|s| s.matches(&labels))
+        })
+        .map(|rs| key_of(&**rs))
+        .collect()
+}
+
+impl ReplicaSetController {
+    pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
+        let c = Arc::new(ReplicaSetController {
+            ctx: ctx.clone(),
+            queue: WorkQueue::new("replicaset"),
+            expectations: Expectations::default(),
+            recorder: ctx.recorder.for_component("replicaset-controller"),
+        });
+        let me = c.clone();
+        ctx.replicasets.on_change(move |ch| match ch {
+            Change::Added(rs) | Change::Updated { new: rs, .. } => me.queue.add(key_of(&**rs)),
+            Change::Deleted(rs) => {
+                let k = key_of(&**rs);
+                me.expectations.forget(&k);
+                me.queue.add(k);
+            }
+        });
+        let me = c.clone();
+        ctx.pods.on_change(move |ch| me.on_pod(ch));
+        c
+    }
+
+    fn on_pod(&self, ch: &Change<Pod>) {
+        match ch {
+            Change::Added(p) => {
+                if p.metadata.deletion_timestamp.is_some() {
+                    return self.pod_gone(p);
+                }
+                match owner_key(&self.ctx, p) {
+                    Some(k) => {
+                        self.expectations.creation_observed(&k);
+                        self.queue.add(k);
+                    }
+                    None if controller_ref(&p.metadata).is_none() => {
+                        for k in matching_sets(&self.ctx, p) {
+                            self.queue.add(k);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Change::Updated { old, new } => {
+                if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
+                    self.pod_gone(new);
+                }
+                let old_owner = owner_key(&self.ctx, old);
+                let new_owner = owner_key(&self.ctx, new);
+                if old_owner != new_owner {
+                    if let Some(k) = old_owner {
+                        self.queue.add(k);
+                    }
+                }
+                match new_owner {
+                    Some(k) => {
+                        // Availability changes after minReadySeconds: look again then.
+                        if let Some(rs) = self.ctx.replicasets.get(&k) {
+                            let mrs = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
+                            if let Some(secs) = logic::until_available(new, mrs, rkube_client::now()) {
+                                self.queue.add_after(k.clone(), Duration::from_secs(secs as u64));
+                            }
+                        }
+                        self.queue.add(k);
+                    }
+                    None if controller_ref(&new.metadata).is_none() => {
+                        for k in matching_sets(&self.ctx, new) {
+                            self.queue.add(k);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Change::Deleted(p) => self.pod_gone(p),
+        }
+    }
+
+    fn pod_gone(&self, p: &Pod) {
+        if let Some(r) = controller_ref(&p.metadata) {
+            if r.kind == "ReplicaSet" {
+                let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+                let k = format!("{ns}/{}", r.name);
+                self.expectations.deletion_observed(&k, &key_of(p));
+                self.queue.add(k);
+            }
+        }
+    }
+
+    pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
+        let me = self.clone();
+        spawn_workers("replicaset", self.queue.clone(), workers, &self.ctx.metrics, shutdown, move |key| {
+            let me = me.clone();
+            async move { me.sync(&key).await }
+        });
+    }
+
+    async fn sync(&self, key: &str) -> Reconciled {
+        let Some(rs) = self.ctx.replicasets.get(key) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let (ns, name) = split_key(key);
+        let Some(sel) = selector(rs.spec.as_ref().map(|s| &s.selector)) else {
+            return Ok(None); // invalid selectors are rejected by validation
+        };
+        let uid = rs.metadata.uid.clone().unwrap_or_default();
+        let needs_sync = self.expectations.satisfied(key);
+        let pods_api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+
+        // Claim: adopt matching orphans, release owned pods that stopped matching.
+        let mut owned = Vec::new();
+        for p in self.ctx.pods.by_index(index::NAMESPACE, ns) {
+            let matches = sel.matches(&labels_of(&p.metadata));
+            match controller_ref(&p.metadata) {
+                Some(r) if r.uid == uid => {
+                    if matches {
+                        owned.push(p);
+                    } else if rs.metadata.deletion_timestamp.is_none() {
+                        self.release(&pods_api, &p, &uid).await?;
+                    }
+                }
+                None if matches && is_active(&p) && rs.metadata.deletion_timestamp.is_none() => {
+                    if let Some(adopted) = self.adopt(&pods_api, &p, &rs).await? {
+                        owned.push(Arc::new(adopted));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let active: Vec<Arc<Pod>> = owned.into_iter().filter(|p| is_active(p)).collect();
+
+        if needs_sync && rs.metadata.deletion_timestamp.is_none() {
+            let desired = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            match logic::diff(desired, &active) {
+                Diff::Create(n) => self.create_pods(key, &rs, n).await?,
+                Diff::Delete(names) => self.delete_pods(key, &rs, ns, &names).await?,
+                Diff::None => {}
+            }
+        }
+
+        // Status.
+        let now = rkube_client::now();
+        let status = logic::status(&rs, &active, now);
+        if rs.status.as_ref() != Some(&status) {
+            let patch = Patch::Merge(json!({"status": status}));
+            match Api::<ReplicaSet>::namespaced(&self.ctx.client, ns).patch_status(name, &patch).await {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        let mrs = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
+        let next = active.iter().filter_map(|p| logic::until_available(p, mrs, now)).min();
+        Ok(next.map(|s| Duration::from_secs(s as u64)))
+    }
+
+    fn pod_from_template(rs: &ReplicaSet) -> Pod {
+        let template: PodTemplateSpec = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
+        let tm = template.metadata.unwrap_or_default();
+        Pod {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-", rs.metadata.name.as_deref().unwrap_or_default())),
+                namespace: rs.metadata.namespace.clone(),
+                labels: tm.labels,
+                annotations: tm.annotations,
+                finalizers: tm.finalizers,
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: rs.metadata.name.clone().unwrap_or_default(),
+                    uid: rs.metadata.uid.clone().unwrap_or_default(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..Default::default()
+            },
+            spec: template.spec,
+            status: None,
+        }
+    }
+
+    async fn create_pods(&self, key: &str, rs: &ReplicaSet, n: usize) -> Result<(), Error> {
+        let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+        let pod = Self::pod_from_template(rs);
+        self.expectations.expect_creations(key, n);
+        let mut created = 0;
+        let mut skipped = n;
+        for batch in logic::slow_start_batches(n) {
+            skipped -= batch;
+            let results = join_all((0..batch).map(|_| api.create(&pod))).await;
+            let mut failure = None;
+            for r in results {
+                match r {
+                    Ok(p) => {
+                        created += 1;
+                        self.recorder.normal(
+                            object_ref(rs),
+                            "SuccessfulCreate",
+                            format!("Created pod: {}", p.metadata.name.unwrap_or_default()),
+                        );
+                    }
+                    Err(e) => {
+                        // Never to be observed: lower the expectation.
+                        self.expectations.creation_observed(key);
+                        if e.is_already_exists() {
+                            continue;
+                        }
+                        self.recorder.warning(object_ref(rs), "FailedCreate", format!("Error creating: {e}"));
+                        failure = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = failure {
+                for _ in 0..skipped {
+                    self.expectations.creation_observed(key);
+                }
+                tracing::warn!(replicaset = key, created, error = %e, "pod creation failed; slow start stops");
+                return Err(e);
+            }
+        }
+        tracing::debug!(replicaset = key, created, "created pods");
+        Ok(())
+    }
+
+    async fn delete_pods(&self, key: &str, rs: &ReplicaSet, ns: &str, names: &[String]) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+        self.expectations
+            .expect_deletions(key, names.iter().map(|n| format!("{ns}/{n}")));
+        let results = join_all(names.iter().map(|n| {
+            let uid = self.ctx.pods.get_in(ns, n).and_then(|p| p.metadata.uid.clone());
+            let api = api.clone();
+            async move {
+                let dp = uid.as_deref().map(DeleteParams::with_uid).unwrap_or_default();
+                (n, api.delete(n, &dp).await)
+            }
+        }))
+        .await;
+        let mut failure = None;
+        for (n, r) in results {
+            match r {
+                Ok(_) => self.recorder.normal(object_ref(rs), "SuccessfulDelete", format!("Deleted pod: {n}")),
+                Err(e) => {
+                    self.expectations.deletion_observed(key, &format!("{ns}/{n}"));
+                    if !e.is_not_found() && e.code() != Some(409) {
+                        self.recorder.warning(object_ref(rs), "FailedDelete", format!("Error deleting: {e}"));
+                        failure = Some(e);
+                    }
+                }
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    async fn adopt(&self, api: &Api<Pod>, p: &Pod, rs: &ReplicaSet) -> Result<Option<Pod>, Error> {
+        let mut refs = p.metadata.owner_references.clone().unwrap_or_default();
+        refs.push(OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: rs.metadata.name.clone().unwrap_or_default(),
+            uid: rs.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        });
+        let patch = json!({"metadata": {"ownerReferences": refs, "uid": p.metadata.uid}});
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        match api.patch(name, &Patch::Merge(patch)).await {
+            Ok(p) => Ok(Some(p)),
+            Err(e) if e.is_not_found() || e.code() == Some(409) || e.code() == Some(422) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(&self, api: &Api<Pod>, p: &Pod, uid: &str) -> Result<(), Error> {
+        let refs: Vec<_> = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|r| r.uid != uid)
+            .cloned()
+            .collect();
+        let patch = json!({"metadata": {"ownerReferences": refs, "uid": p.metadata.uid}});
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        match api.patch(name, &Patch::Merge(patch)).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() || e.code() == Some(409) || e.code() == Some(422) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Runs a controller's reconcile function over its work queue with N workers, and records
+//! queue depth, reconcile latency and errors per controller.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rkube_client::{Error, WorkQueue};
+use rkube_daemon::metrics::{Registry, LATENCY_BUCKETS};
+use tokio_util::sync::CancellationToken;
+
+/// What a reconcile asks for next.
+pub type Reconciled = Result<Option<Duration>, Error>;
+
+/// Spawns `workers` tasks that take keys from `queue` and reconcile them until shutdown.
+/// `Ok(Some(d))` re-queues the key after `d`; an error re-queues it with backoff.
+pub fn spawn_workers<F, Fut>(
+    name: &'static str,
+    queue: Arc<WorkQueue<String>>,
+    workers: usize,
+    metrics: &Arc<Registry>,
+    shutdown: CancellationToken,
+    reconcile: F,
+) where
+    F: Fn(String) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Reconciled> + Send + 'static,
+{
+    let labels = [("name", name)];
+    {
+        let q = queue.clone();
+        metrics.gauge_fn("workqueue_depth", "Current depth of the work queue.", &labels, move || q.len() as f64);
+    }
+    let latency = metrics.histogram(
+        "controller_reconcile_duration_seconds",
+        "Time per reconcile, by controller.",
+        &[("controller", name)],
+        LATENCY_BUCKETS,
+    );
+    let errors = metrics.counter(
+        "controller_reconcile_errors_total",
+        "Reconciles that failed and were re-queued with backoff.",
+        &[("controller", name)],
+    );
+    let adds = metrics.counter("workqueue_adds_total", "Items processed from the work queue.", &labels);
+    {
+        let q = queue.clone();
+        let s = shutdown.clone();
+        tokio::spawn(async move {
+            s.cancelled().await;
+            q.shutdown();
+        });
+    }
+    for _ in 0..workers.max(1) {
+        let queue = queue.clone();
+        let reconcile = reconcile.clone();
+        let latency = latency.clone();
+        let errors = errors.clone();
+        let adds = adds.clone();
+        tokio::spawn(async move {
+            while let Some(key) = queue.get().await {
+                adds.inc();
+                let start = tokio::time::Instant::now();
+                let result = reconcile(key.clone()).await;
+                latency.observe_duration(start.elapsed());
+                match result {
+                    Ok(next) => {
+                        queue.forget(&key);
+                        if let Some(d) = next {
+                            queue.add_after(key.clone(), d);
+                        }
+                    }
+                    Err(e) => {
+                        errors.inc();
+                        if e.is_conflict() {
+                            tracing::debug!(controller = name, key, error = %e, "reconcile conflict; retrying");
+                        } else {
+                            tracing::warn!(controller = name, key, error = %e, "reconcile failed; retrying with backoff");
+                        }
+                        queue.add_rate_limited(key.clone());
+                    }
+                }
+                queue.done(&key);
+            }
+        });
+    }
+}

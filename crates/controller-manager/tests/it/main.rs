@@ -1,0 +1,5 @@
+//! Component tests of the controller-manager (and of rkube-client's Reflector) against an
+//! in-process store and apiserver.
+
+mod flows;
+mod harness;
