@@ -285,8 +285,8 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
         };
         self.count_list();
         tracing::debug!(kind = Self::kind(), rv = %list_rv, items = items.len(), "listed");
-        self.sink.replace(items);
         self.set_rv(&list_rv);
+        self.sink.replace(items);
         Outcome::Listed { rv: list_rv }
     }
 

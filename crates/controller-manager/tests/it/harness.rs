@@ -102,14 +102,13 @@ impl Env {
         cfg
     }
 
-    /// Runs a controller-manager in-process; cancel the token to stop it. Returns its
-    /// health/metrics address too.
-    pub async fn start_cm(&self, cfg: rkube_controller_manager::Config) -> (ShutdownToken, String) {
+    /// Runs a controller-manager in-process. Returns it and its health/metrics address.
+    pub async fn start_cm(&self, cfg: rkube_controller_manager::Config) -> (Cm, String) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let stop = ShutdownToken::new();
-        tokio::spawn(rkube_controller_manager::run(cfg, listener, stop.clone()));
-        (stop, addr)
+        let task = tokio::spawn(rkube_controller_manager::run(cfg, listener, stop.clone()));
+        (Cm { stop, task }, addr)
     }
 
     /// A fake kubelet: every pod in `ns` that is not yet Running gets phase Running and
@@ -182,4 +181,30 @@ pub fn deployment(name: &str, replicas: i32, image: &str, surge: i32, unavailabl
         }
     }))
     .unwrap()
+}
+
+/// A running in-process controller-manager; stopped when dropped.
+pub struct Cm {
+    stop: ShutdownToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Cm {
+    /// A clean stop (a leader releases its lease).
+    pub fn cancel(&self) {
+        self.stop.cancel();
+    }
+
+    /// A crash: the leader-election loop vanishes without releasing anything, then the
+    /// controllers stop.
+    pub fn cancel_without_release(&self) {
+        self.task.abort();
+        self.stop.cancel();
+    }
+}
+
+impl Drop for Cm {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }

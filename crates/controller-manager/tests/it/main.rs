@@ -1,5 +1,7 @@
 //! Component tests of the controller-manager (and of rkube-client's Reflector) against an
 //! in-process store and apiserver.
 
+mod client;
 mod flows;
 mod harness;
+mod nodes;
