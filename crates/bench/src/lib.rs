@@ -281,3 +281,35 @@ pub fn write_section(path: &Path, tag: &str, body: &str) -> anyhow::Result<()> {
     std::fs::write(path, out)?;
     Ok(())
 }
+
+/// Starts rkube-apiserver on `storage_url` and waits for `/readyz`.
+pub async fn start_apiserver(
+    bin: &Path,
+    storage_url: &str,
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    let port = free_port();
+    let child = Command::new(bin)
+        .args([
+            "--etcd-servers",
+            storage_url,
+            "--secure-port",
+            &port.to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "apiserver did not become ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok((child, base))
+}

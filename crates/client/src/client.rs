@@ -89,8 +89,17 @@ impl Client {
         &self.inner.server
     }
 
-    fn request(&self, method: reqwest::Method, path_and_query: &str, streaming: bool) -> reqwest::RequestBuilder {
-        let http = if streaming { &self.inner.stream_http } else { &self.inner.http };
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        streaming: bool,
+    ) -> reqwest::RequestBuilder {
+        let http = if streaming {
+            &self.inner.stream_http
+        } else {
+            &self.inner.http
+        };
         let mut rb = http.request(method, format!("{}{path_and_query}", self.inner.server));
         if let Some(t) = &self.inner.token {
             rb = rb.bearer_auth(t);
@@ -106,7 +115,9 @@ impl Client {
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<bytes::Bytes, Error> {
         self.inner.limiter.acquire().await;
-        let mut rb = self.request(method, path_and_query, false).header("Accept", "application/json");
+        let mut rb = self
+            .request(method, path_and_query, false)
+            .header("Accept", "application/json");
         if let Some((ctype, b)) = body {
             rb = rb.header("Content-Type", ctype).body(b);
         }
@@ -147,7 +158,9 @@ impl Client {
             let bytes = resp.bytes().await.unwrap_or_default();
             return Err(Error::from_reply(code, &bytes));
         }
-        Ok(decode_lines(resp.bytes_stream().map(|r| r.map_err(Error::from))))
+        Ok(decode_lines(
+            resp.bytes_stream().map(|r| r.map_err(Error::from)),
+        ))
     }
 }
 
@@ -222,7 +235,9 @@ pub fn encode(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for b in v.bytes() {
         match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
             _ => out.push_str(&format!("%{b:02X}")),
         }
     }
@@ -363,7 +378,9 @@ impl<K: Resource> Api<K> {
     }
 
     pub async fn get(&self, name: &str) -> Result<K, Error> {
-        self.client.send_json(reqwest::Method::GET, &self.path(Some(name), None), None).await
+        self.client
+            .send_json(reqwest::Method::GET, &self.path(Some(name), None), None)
+            .await
     }
 
     /// `get`, with 404 as `None`.
@@ -377,7 +394,9 @@ impl<K: Resource> Api<K> {
 
     pub async fn list(&self, lp: &ListParams) -> Result<k8s_openapi::List<K>, Error> {
         let path = format!("{}{}", self.path(None, None), lp.query(false));
-        self.client.send_json(reqwest::Method::GET, &path, None).await
+        self.client
+            .send_json(reqwest::Method::GET, &path, None)
+            .await
     }
 
     pub async fn watch(
@@ -391,7 +410,11 @@ impl<K: Resource> Api<K> {
     pub async fn create(&self, obj: &K) -> Result<K, Error> {
         let body = serde_json::to_vec(obj).map_err(|e| Error::Decode(e.to_string()))?;
         self.client
-            .send_json(reqwest::Method::POST, &self.path(None, None), Some(("application/json", body)))
+            .send_json(
+                reqwest::Method::POST,
+                &self.path(None, None),
+                Some(("application/json", body)),
+            )
             .await
     }
 
@@ -406,19 +429,31 @@ impl<K: Resource> Api<K> {
     async fn put(&self, name: &str, sub: Option<&str>, obj: &K) -> Result<K, Error> {
         let body = serde_json::to_vec(obj).map_err(|e| Error::Decode(e.to_string()))?;
         self.client
-            .send_json(reqwest::Method::PUT, &self.path(Some(name), sub), Some(("application/json", body)))
+            .send_json(
+                reqwest::Method::PUT,
+                &self.path(Some(name), sub),
+                Some(("application/json", body)),
+            )
             .await
     }
 
     pub async fn patch(&self, name: &str, patch: &Patch) -> Result<K, Error> {
         self.client
-            .send_json(reqwest::Method::PATCH, &self.path(Some(name), None), Some(patch.body()))
+            .send_json(
+                reqwest::Method::PATCH,
+                &self.path(Some(name), None),
+                Some(patch.body()),
+            )
             .await
     }
 
     pub async fn patch_status(&self, name: &str, patch: &Patch) -> Result<K, Error> {
         self.client
-            .send_json(reqwest::Method::PATCH, &self.path(Some(name), Some("status")), Some(patch.body()))
+            .send_json(
+                reqwest::Method::PATCH,
+                &self.path(Some(name), Some("status")),
+                Some(patch.body()),
+            )
             .await
     }
 
@@ -426,28 +461,56 @@ impl<K: Resource> Api<K> {
     pub async fn delete(&self, name: &str, dp: &DeleteParams) -> Result<Value, Error> {
         let body = serde_json::to_vec(dp).expect("DeleteOptions");
         self.client
-            .send_json(reqwest::Method::DELETE, &self.path(Some(name), None), Some(("application/json", body)))
+            .send_json(
+                reqwest::Method::DELETE,
+                &self.path(Some(name), None),
+                Some(("application/json", body)),
+            )
             .await
     }
 
     /// POST to a subresource (`binding`, `eviction`).
-    pub async fn create_subresource(&self, name: &str, sub: &str, body: &Value) -> Result<Value, Error> {
+    pub async fn create_subresource(
+        &self,
+        name: &str,
+        sub: &str,
+        body: &Value,
+    ) -> Result<Value, Error> {
         let b = serde_json::to_vec(body).expect("JSON value");
         self.client
-            .send_json(reqwest::Method::POST, &self.path(Some(name), Some(sub)), Some(("application/json", b)))
+            .send_json(
+                reqwest::Method::POST,
+                &self.path(Some(name), Some(sub)),
+                Some(("application/json", b)),
+            )
             .await
     }
 
     /// GET a subresource (`scale`).
     pub async fn get_subresource(&self, name: &str, sub: &str) -> Result<Value, Error> {
-        self.client.send_json(reqwest::Method::GET, &self.path(Some(name), Some(sub)), None).await
+        self.client
+            .send_json(
+                reqwest::Method::GET,
+                &self.path(Some(name), Some(sub)),
+                None,
+            )
+            .await
     }
 
     /// PUT a subresource (`scale`).
-    pub async fn replace_subresource(&self, name: &str, sub: &str, body: &Value) -> Result<Value, Error> {
+    pub async fn replace_subresource(
+        &self,
+        name: &str,
+        sub: &str,
+        body: &Value,
+    ) -> Result<Value, Error> {
         let b = serde_json::to_vec(body).expect("JSON value");
         self.client
-            .send_json(reqwest::Method::PUT, &self.path(Some(name), Some(sub)), Some(("application/json", b)))
+            .send_json(
+                reqwest::Method::PUT,
+                &self.path(Some(name), Some(sub)),
+                Some(("application/json", b)),
+            )
             .await
     }
 }
@@ -461,9 +524,18 @@ mod tests {
     #[test]
     fn paths_follow_the_api_layout() {
         let c = Client::for_server("http://127.0.0.1:1");
-        assert_eq!(Api::<Pod>::namespaced(&c, "ns").path(Some("p"), Some("status")), "/api/v1/namespaces/ns/pods/p/status");
-        assert_eq!(Api::<Deployment>::all(&c).path(None, None), "/apis/apps/v1/deployments");
-        assert_eq!(Api::<Node>::all(&c).path(Some("n1"), None), "/api/v1/nodes/n1");
+        assert_eq!(
+            Api::<Pod>::namespaced(&c, "ns").path(Some("p"), Some("status")),
+            "/api/v1/namespaces/ns/pods/p/status"
+        );
+        assert_eq!(
+            Api::<Deployment>::all(&c).path(None, None),
+            "/apis/apps/v1/deployments"
+        );
+        assert_eq!(
+            Api::<Node>::all(&c).path(Some("n1"), None),
+            "/api/v1/nodes/n1"
+        );
     }
 
     #[test]

@@ -56,17 +56,27 @@ impl Config {
             .contexts
             .iter()
             .find(|c| c.name == ctx_name)
-            .ok_or_else(|| Error::Config(format!("context {ctx_name:?} not found in kubeconfig")))?;
+            .ok_or_else(|| {
+                Error::Config(format!("context {ctx_name:?} not found in kubeconfig"))
+            })?;
         let cluster = kc
             .clusters
             .iter()
             .find(|c| c.name == ctx.context.cluster)
             .ok_or_else(|| {
-                Error::Config(format!("cluster {:?} not found in kubeconfig", ctx.context.cluster))
+                Error::Config(format!(
+                    "cluster {:?} not found in kubeconfig",
+                    ctx.context.cluster
+                ))
             })?;
         let mut cfg = Config::new(&cluster.cluster.server);
         cfg.insecure = cluster.cluster.insecure_skip_tls_verify;
-        if let Some(user) = ctx.context.user.as_deref().and_then(|u| kc.users.iter().find(|x| x.name == u)) {
+        if let Some(user) = ctx
+            .context
+            .user
+            .as_deref()
+            .and_then(|u| kc.users.iter().find(|x| x.name == u))
+        {
             cfg.token = match (&user.user.token, &user.user.token_file) {
                 (Some(t), _) => Some(t.clone()),
                 (None, Some(f)) => {
@@ -114,7 +124,10 @@ impl Config {
                 self.server
             )))
         } else {
-            Err(Error::Config(format!("server {:?} is not an http:// URL", self.server)))
+            Err(Error::Config(format!(
+                "server {:?} is not an http:// URL",
+                self.server
+            )))
         }
     }
 }
@@ -253,7 +266,8 @@ mod tests {
 
     #[test]
     fn errors_are_clear() {
-        let e = Config::from_kubeconfig_str("current-context: x\ncontexts: []\n", None).unwrap_err();
+        let e =
+            Config::from_kubeconfig_str("current-context: x\ncontexts: []\n", None).unwrap_err();
         assert!(e.to_string().contains("context \"x\" not found"), "{e}");
         let e = Config::infer(None, Some("https://h:1")).unwrap_err();
         assert!(e.to_string().contains("plain HTTP"), "{e}");

@@ -45,7 +45,12 @@ pub struct Recorder {
 
 impl Recorder {
     /// Starts the sender task for `component` (the `source.component`), on `host` if given.
-    pub fn new(client: &Client, component: &str, host: Option<&str>, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        client: &Client,
+        component: &str,
+        host: Option<&str>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(1000);
         let sender = Sender {
             client: client.clone(),
@@ -78,7 +83,13 @@ impl Recorder {
         self.event(regarding, "Warning", reason, message);
     }
 
-    pub fn event(&self, regarding: ObjectReference, type_: &'static str, reason: &str, message: String) {
+    pub fn event(
+        &self,
+        regarding: ObjectReference,
+        type_: &'static str,
+        reason: &str,
+        message: String,
+    ) {
         let p = Pending {
             component: self.component.clone(),
             regarding,
@@ -92,7 +103,16 @@ impl Recorder {
     }
 }
 
-type Key = (String, String, String, String, &'static str, String, String, Arc<str>);
+type Key = (
+    String,
+    String,
+    String,
+    String,
+    &'static str,
+    String,
+    String,
+    Arc<str>,
+);
 
 struct Sender {
     client: Client,
@@ -116,7 +136,11 @@ impl Sender {
 
     async fn send(&mut self, p: Pending) -> Result<(), crate::Error> {
         let r = &p.regarding;
-        let ns = r.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+        let ns = r
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
         let key: Key = (
             ns.clone(),
             r.kind.clone().unwrap_or_default(),
@@ -135,7 +159,10 @@ impl Sender {
         let api: Api<Event> = Api::namespaced(&self.client, &ns);
         if let Some((ens, name, count)) = self.seen.get(&key).cloned() {
             let patch = json!({"count": count + 1, "lastTimestamp": Time(now)});
-            match Api::<Event>::namespaced(&self.client, &ens).patch(&name, &Patch::Merge(patch)).await {
+            match Api::<Event>::namespaced(&self.client, &ens)
+                .patch(&name, &Patch::Merge(patch))
+                .await
+            {
                 Ok(_) => {
                     self.seen.insert(key, (ens, name, count + 1));
                     return Ok(());

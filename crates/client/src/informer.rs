@@ -110,7 +110,11 @@ impl<K: Resource> Default for Store<K> {
 
 impl<K: Resource> Store<K> {
     /// Adds an index; objects already cached are indexed too.
-    pub fn add_index(&self, name: &'static str, func: impl Fn(&K) -> Vec<String> + Send + Sync + 'static) {
+    pub fn add_index(
+        &self,
+        name: &'static str,
+        func: impl Fn(&K) -> Vec<String> + Send + Sync + 'static,
+    ) {
         let mut g = self.inner.write().unwrap();
         let mut idx = Index {
             name,
@@ -167,7 +171,11 @@ impl<K: Resource> Store<K> {
         };
         idx.map
             .get(value)
-            .map(|keys| keys.iter().filter_map(|k| g.items.get(k).cloned()).collect())
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| g.items.get(k).cloned())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -218,12 +226,18 @@ impl<K: Resource> Sink<K> for Store<K> {
                 fresh.insert(key.clone());
                 let new = Arc::new(obj);
                 match g.put(key, new.clone()) {
-                    Some(old) if old.metadata().resource_version == new.metadata().resource_version => {}
+                    Some(old)
+                        if old.metadata().resource_version == new.metadata().resource_version => {}
                     Some(old) => changes.push(Change::Updated { old, new }),
                     None => changes.push(Change::Added(new)),
                 }
             }
-            let gone: Vec<String> = g.items.keys().filter(|k| !fresh.contains(*k)).cloned().collect();
+            let gone: Vec<String> = g
+                .items
+                .keys()
+                .filter(|k| !fresh.contains(*k))
+                .cloned()
+                .collect();
             for k in gone {
                 if let Some(old) = g.remove(&k) {
                     changes.push(Change::Deleted(old));
@@ -358,12 +372,25 @@ mod tests {
         // A relist: p1 unchanged (same RV), p2 gone, p3 new.
         s.replace(vec![pod("a", "p1", "2", "n2"), pod("a", "p3", "3", "n1")]);
         assert_eq!(s.len(), 2);
-        assert_eq!(s.by_index(index::NODE_NAME, "n1")[0].metadata.name.as_deref(), Some("p3"));
+        assert_eq!(
+            s.by_index(index::NODE_NAME, "n1")[0]
+                .metadata
+                .name
+                .as_deref(),
+            Some("p3")
+        );
         let mut log = seen.lock().unwrap().clone();
         log[..2].sort();
-        assert_eq!(log, ["add a/p1", "add a/p2", "upd a/p1", "add a/p3", "del a/p2"]);
+        assert_eq!(
+            log,
+            ["add a/p1", "add a/p2", "upd a/p1", "add a/p3", "del a/p2"]
+        );
         s.deleted(pod("a", "p3", "4", "n1"));
         assert!(s.by_index(index::NODE_NAME, "n1").is_empty());
-        assert_eq!(s.by_index(index::NAMESPACE, "a").len(), 0, "index added only by Informer");
+        assert_eq!(
+            s.by_index(index::NAMESPACE, "a").len(),
+            0,
+            "index added only by Informer"
+        );
     }
 }

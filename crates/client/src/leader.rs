@@ -84,9 +84,14 @@ impl LeaderElector {
             match self.try_acquire_or_renew().await {
                 Ok(true) => break,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(lease = %self.s.name, error = %e, "leader election: lease check failed"),
+                Err(e) => {
+                    tracing::warn!(lease = %self.s.name, error = %e, "leader election: lease check failed")
+                }
             }
-            let jitter = self.s.retry_period.mul_f64(rand::thread_rng().gen_range(0.0..1.2));
+            let jitter = self
+                .s
+                .retry_period
+                .mul_f64(rand::thread_rng().gen_range(0.0..1.2));
             tokio::select! {
                 _ = shutdown.cancelled() => return Ended::Shutdown,
                 _ = tokio::time::sleep(self.s.retry_period + jitter) => {}
@@ -101,11 +106,14 @@ impl LeaderElector {
                 _ = shutdown.cancelled() => break Ended::Shutdown,
                 _ = tokio::time::sleep(self.s.retry_period) => {}
             }
-            let attempt = tokio::time::timeout(self.s.renew_deadline, self.try_acquire_or_renew()).await;
+            let attempt =
+                tokio::time::timeout(self.s.renew_deadline, self.try_acquire_or_renew()).await;
             match attempt {
                 Ok(Ok(true)) => last_renew = Instant::now(),
                 Ok(Ok(false)) => break Ended::Lost,
-                Ok(Err(e)) => tracing::warn!(lease = %self.s.name, error = %e, "lease renewal failed"),
+                Ok(Err(e)) => {
+                    tracing::warn!(lease = %self.s.name, error = %e, "lease renewal failed")
+                }
                 Err(_) => tracing::warn!(lease = %self.s.name, "lease renewal timed out"),
             }
             if last_renew.elapsed() > self.s.renew_deadline {
@@ -115,7 +123,9 @@ impl LeaderElector {
         token.cancel();
         let _ = work.await;
         match ended {
-            Ended::Lost => tracing::error!(lease = %self.s.name, identity = %self.s.identity, "leader lease lost"),
+            Ended::Lost => {
+                tracing::error!(lease = %self.s.name, identity = %self.s.identity, "leader lease lost")
+            }
             Ended::Shutdown => self.release().await,
         }
         ended
@@ -203,7 +213,9 @@ impl LeaderElector {
         spec.renew_time = Some(MicroTime(crate::now()));
         match self.api.replace(&self.s.name, &lease).await {
             Ok(_) => tracing::info!(lease = %self.s.name, "released leader lease"),
-            Err(e) => tracing::warn!(lease = %self.s.name, error = %e, "releasing leader lease failed"),
+            Err(e) => {
+                tracing::warn!(lease = %self.s.name, error = %e, "releasing leader lease failed")
+            }
         }
     }
 }

@@ -18,8 +18,8 @@ pub use config::{ClientFlags, Config};
 pub use error::Error;
 pub use informer::{Change, Informer, Store};
 pub use k8s_openapi as k8s;
-pub use reqwest::Method;
 pub use reflector::{Reflector, Stats};
+pub use reqwest::Method;
 pub use watch::WatchEvent;
 pub use workqueue::WorkQueue;
 
@@ -28,5 +28,6 @@ pub fn now() -> k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc> {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    k8s_openapi::chrono::DateTime::from_timestamp(d.as_secs() as i64, d.subsec_nanos()).unwrap_or_default()
+    k8s_openapi::chrono::DateTime::from_timestamp(d.as_secs() as i64, d.subsec_nanos())
+        .unwrap_or_default()
 }

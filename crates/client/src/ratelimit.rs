@@ -36,7 +36,8 @@ impl TokenBucket {
         let mut st = self.state.lock().unwrap();
         let now = Instant::now();
         let (tokens, last) = *st;
-        let tokens = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst) - 1.0;
+        let tokens =
+            (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst) - 1.0;
         *st = (tokens, now);
         if tokens >= 0.0 {
             Duration::ZERO

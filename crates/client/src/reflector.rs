@@ -78,14 +78,26 @@ pub enum State {
 /// What the last step produced.
 #[derive(Debug)]
 pub enum Outcome {
-    Listed { rv: String },
-    ListFailed { rv: String, error: Error },
+    Listed {
+        rv: String,
+    },
+    ListFailed {
+        rv: String,
+        error: Error,
+    },
     /// The watch ended without an error (its timeout, or the server closed it); `rv` is the
     /// last resourceVersion seen.
-    WatchClosed { rv: String },
+    WatchClosed {
+        rv: String,
+    },
     /// 410: the watch's resourceVersion has left the server's history.
-    WatchExpired { rv: String },
-    WatchFailed { rv: String, error: Error },
+    WatchExpired {
+        rv: String,
+    },
+    WatchFailed {
+        rv: String,
+        error: Error,
+    },
 }
 
 /// Exponential backoff with jitter and a quiet-period reset.
@@ -112,7 +124,10 @@ impl Backoff {
     /// The base delay of the next failure (before jitter).
     pub fn next_base(&mut self) -> Duration {
         let now = Instant::now();
-        if self.last_failure.is_some_and(|t| now.duration_since(t) > Duration::from_secs(120)) {
+        if self
+            .last_failure
+            .is_some_and(|t| now.duration_since(t) > Duration::from_secs(120))
+        {
             self.current = Duration::ZERO;
         }
         self.last_failure = Some(now);
@@ -138,7 +153,9 @@ pub fn transition(outcome: Outcome, backoff: &mut Backoff) -> State {
     };
     match outcome {
         Outcome::Listed { rv } => State::Watching { rv },
-        Outcome::ListFailed { error, .. } if error.is_gone() => State::Listing { rv: String::new() },
+        Outcome::ListFailed { error, .. } if error.is_gone() => {
+            State::Listing { rv: String::new() }
+        }
         Outcome::ListFailed { error, .. } if error.is_too_large_rv() => {
             wait(backoff, State::Listing { rv: String::new() })
         }
@@ -279,7 +296,10 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
                 Err(error) => {
                     bump(&self.stats.errors);
                     tracing::warn!(kind = Self::kind(), rv, %error, "list failed");
-                    return Outcome::ListFailed { rv: rv.to_string(), error };
+                    return Outcome::ListFailed {
+                        rv: rv.to_string(),
+                        error,
+                    };
                 }
             }
         };
@@ -323,7 +343,10 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
             Ok(s) => s,
             Err(error) => {
                 bump(&self.stats.errors);
-                return Outcome::ListFailed { rv: rv.to_string(), error };
+                return Outcome::ListFailed {
+                    rv: rv.to_string(),
+                    error,
+                };
             }
         };
         self.consume(stream, rv.to_string(), Some(Vec::new())).await
@@ -363,11 +386,18 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
                     rv = self.event_rv(&o, rv);
                     self.sink.deleted(o);
                 }
-                WatchEvent::Bookmark { resource_version, annotations } => {
+                WatchEvent::Bookmark {
+                    resource_version,
+                    annotations,
+                } => {
                     bump(&self.stats.bookmarks);
                     rv = resource_version;
                     self.set_rv(&rv);
-                    if annotations.get(rkube_api::INITIAL_EVENTS_END_ANNOTATION).map(String::as_str) == Some("true") {
+                    if annotations
+                        .get(rkube_api::INITIAL_EVENTS_END_ANNOTATION)
+                        .map(String::as_str)
+                        == Some("true")
+                    {
                         if let Some(items) = initial.take() {
                             self.count_list();
                             tracing::debug!(kind = Self::kind(), rv = %rv, items = items.len(), "streamed list");
@@ -389,7 +419,9 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
             // The stream ended before the list was complete: list again.
             return Outcome::ListFailed {
                 rv,
-                error: Error::Transport("watch ended before the initial-events-end bookmark".into()),
+                error: Error::Transport(
+                    "watch ended before the initial-events-end bookmark".into(),
+                ),
             };
         }
         Outcome::WatchClosed { rv }
@@ -456,7 +488,13 @@ mod tests {
         );
         let gone = api_err(410, "too old resource version: 42 (50)");
         assert_eq!(
-            transition(Outcome::ListFailed { rv: "42".into(), error: gone }, &mut b),
+            transition(
+                Outcome::ListFailed {
+                    rv: "42".into(),
+                    error: gone
+                },
+                &mut b
+            ),
             State::Listing { rv: String::new() }
         );
     }
@@ -465,17 +503,29 @@ mod tests {
     fn transport_errors_back_off_and_keep_the_rv() {
         let mut b = Backoff::default();
         match transition(
-            Outcome::WatchFailed { rv: "7".into(), error: Error::Transport("refused".into()) },
+            Outcome::WatchFailed {
+                rv: "7".into(),
+                error: Error::Transport("refused".into()),
+            },
             &mut b,
         ) {
             State::Waiting { delay, then } => {
-                assert!(delay >= Duration::from_millis(800) && delay < Duration::from_millis(1600), "{delay:?}");
+                assert!(
+                    delay >= Duration::from_millis(800) && delay < Duration::from_millis(1600),
+                    "{delay:?}"
+                );
                 assert_eq!(*then, State::Watching { rv: "7".into() });
             }
             other => panic!("{other:?}"),
         }
         let too_large = api_err(504, "Too large resource version: 99, current: 50");
-        match transition(Outcome::WatchFailed { rv: "99".into(), error: too_large }, &mut b) {
+        match transition(
+            Outcome::WatchFailed {
+                rv: "99".into(),
+                error: too_large,
+            },
+            &mut b,
+        ) {
             State::Waiting { delay, then } => {
                 assert!(delay >= Duration::from_millis(1600), "{delay:?}");
                 assert_eq!(*then, State::Listing { rv: String::new() });

@@ -51,9 +51,12 @@ struct BookmarkMeta {
 
 /// Decodes one frame.
 pub fn decode_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, Error> {
-    let f: Frame = serde_json::from_slice(line).map_err(|e| Error::Decode(format!("watch frame: {e}")))?;
+    let f: Frame =
+        serde_json::from_slice(line).map_err(|e| Error::Decode(format!("watch frame: {e}")))?;
     let obj = f.object.get();
-    let typed = |o: &str| serde_json::from_str::<K>(o).map_err(|e| Error::Decode(format!("watch object: {e}")));
+    let typed = |o: &str| {
+        serde_json::from_str::<K>(o).map_err(|e| Error::Decode(format!("watch object: {e}")))
+    };
     Ok(match f.type_ {
         "ADDED" => WatchEvent::Added(typed(obj)?),
         "MODIFIED" => WatchEvent::Modified(typed(obj)?),
@@ -74,7 +77,9 @@ pub fn decode_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, E
 }
 
 /// Splits a byte stream into lines and decodes each as an event.
-pub fn decode_lines<K, S>(body: S) -> impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static
+pub fn decode_lines<K, S>(
+    body: S,
+) -> impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static
 where
     K: DeserializeOwned + Send + 'static,
     S: Stream<Item = Result<bytes::Bytes, Error>> + Send + 'static,
@@ -125,16 +130,26 @@ mod tests {
             Ok("\n{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"9\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n{\"type\":\"ERR".into()),
             Ok("OR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: 1 (9)\",\"reason\":\"Expired\",\"code\":410}}\n".into()),
         ];
-        let evs: Vec<_> = decode_lines::<Pod, _>(futures_util::stream::iter(chunks)).collect().await;
+        let evs: Vec<_> = decode_lines::<Pod, _>(futures_util::stream::iter(chunks))
+            .collect()
+            .await;
         assert_eq!(evs.len(), 3);
         match &evs[0] {
             Ok(WatchEvent::Added(p)) => assert_eq!(p.metadata.name.as_deref(), Some("a")),
             other => panic!("{other:?}"),
         }
         match &evs[1] {
-            Ok(WatchEvent::Bookmark { resource_version, annotations }) => {
+            Ok(WatchEvent::Bookmark {
+                resource_version,
+                annotations,
+            }) => {
                 assert_eq!(resource_version, "9");
-                assert_eq!(annotations.get("k8s.io/initial-events-end").map(String::as_str), Some("true"));
+                assert_eq!(
+                    annotations
+                        .get("k8s.io/initial-events-end")
+                        .map(String::as_str),
+                    Some("true")
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -146,7 +161,13 @@ mod tests {
 
     #[test]
     fn garbage_is_a_decode_error() {
-        assert!(matches!(decode_event::<Pod>(b"{nope"), Err(Error::Decode(_))));
-        assert!(matches!(decode_event::<Pod>(br#"{"type":"WHAT","object":{}}"#), Err(Error::Decode(_))));
+        assert!(matches!(
+            decode_event::<Pod>(b"{nope"),
+            Err(Error::Decode(_))
+        ));
+        assert!(matches!(
+            decode_event::<Pod>(br#"{"type":"WHAT","object":{}}"#),
+            Err(Error::Decode(_))
+        ));
     }
 }

@@ -108,7 +108,13 @@ impl<T: Clone + Eq + Hash + Send + 'static> WorkQueue<T> {
     }
 
     pub fn failures(&self, item: &T) -> u32 {
-        self.state.lock().unwrap().failures.get(item).copied().unwrap_or(0)
+        self.state
+            .lock()
+            .unwrap()
+            .failures
+            .get(item)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The next item, waiting for one; `None` once shut down.

@@ -34,9 +34,12 @@ fn informer<K: rkube_client::Resource>(
     export(metrics, K::URL_PATH_SEGMENT, inf.stats());
     let store = inf.store();
     store.add_index(index::OWNER_UID, index::owner_uid::<K>);
-    (store, Box::new(move |s| {
-        inf.spawn(s);
-    }))
+    (
+        store,
+        Box::new(move |s| {
+            inf.spawn(s);
+        }),
+    )
 }
 
 /// Exports a reflector's counters under `resource`.
@@ -44,11 +47,27 @@ pub fn export(metrics: &Registry, resource: &str, stats: Arc<Stats>) {
     use std::sync::atomic::AtomicU64;
     let l = [("resource", resource)];
     let series: [(&str, &str, fn(&Stats) -> &AtomicU64); 5] = [
-        ("reflector_lists_total", "Lists done by the reflector, the first included.", |s| &s.lists),
-        ("reflector_relists_total", "Lists after the first (re-lists).", |s| &s.relists),
-        ("reflector_watches_total", "Watch requests opened by the reflector.", |s| &s.watches),
-        ("reflector_bookmarks_total", "Bookmarks received.", |s| &s.bookmarks),
-        ("reflector_events_total", "Watch events received.", |s| &s.events),
+        (
+            "reflector_lists_total",
+            "Lists done by the reflector, the first included.",
+            |s| &s.lists,
+        ),
+        (
+            "reflector_relists_total",
+            "Lists after the first (re-lists).",
+            |s| &s.relists,
+        ),
+        (
+            "reflector_watches_total",
+            "Watch requests opened by the reflector.",
+            |s| &s.watches,
+        ),
+        ("reflector_bookmarks_total", "Bookmarks received.", |s| {
+            &s.bookmarks
+        }),
+        ("reflector_events_total", "Watch events received.", |s| {
+            &s.events
+        }),
     ];
     for (name, help, get) in series {
         let st = stats.clone();
@@ -68,7 +87,10 @@ impl Ctx {
         starts.push(s);
         let (nodes, s) = informer(Api::<Node>::all(&client), &metrics);
         starts.push(s);
-        let (node_leases, s) = informer(Api::<Lease>::namespaced(&client, "kube-node-lease"), &metrics);
+        let (node_leases, s) = informer(
+            Api::<Lease>::namespaced(&client, "kube-node-lease"),
+            &metrics,
+        );
         starts.push(s);
         let (namespaces, s) = informer(Api::<Namespace>::all(&client), &metrics);
         starts.push(s);

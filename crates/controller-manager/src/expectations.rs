@@ -85,7 +85,10 @@ mod tests {
         e.expect_deletions("rs", ["ns/a".to_string(), "ns/b".to_string()]);
         e.deletion_observed("rs", "ns/a");
         e.deletion_observed("rs", "ns/a");
-        assert!(!e.satisfied("rs"), "the same deletion seen twice counts once");
+        assert!(
+            !e.satisfied("rs"),
+            "the same deletion seen twice counts once"
+        );
         e.deletion_observed("rs", "ns/b");
         assert!(e.satisfied("rs"));
     }

@@ -90,7 +90,12 @@ impl GarbageCollector {
                 me.enqueue_dependents(m.uid.as_deref().unwrap_or_default());
                 for r in m.owner_references.iter().flatten() {
                     if KINDS.contains(&r.kind.as_str()) {
-                        me.queue.add(format!("{}|{}|{}", r.kind, m.namespace.as_deref().unwrap_or_default(), r.name));
+                        me.queue.add(format!(
+                            "{}|{}|{}",
+                            r.kind,
+                            m.namespace.as_deref().unwrap_or_default(),
+                            r.name
+                        ));
                     }
                 }
                 return;
@@ -126,8 +131,16 @@ impl GarbageCollector {
 
     fn cached(&self, kind: &str, ns: &str, name: &str) -> Option<ObjectMeta> {
         match kind {
-            "Deployment" => self.ctx.deployments.get_in(ns, name).map(|o| o.metadata.clone()),
-            "ReplicaSet" => self.ctx.replicasets.get_in(ns, name).map(|o| o.metadata.clone()),
+            "Deployment" => self
+                .ctx
+                .deployments
+                .get_in(ns, name)
+                .map(|o| o.metadata.clone()),
+            "ReplicaSet" => self
+                .ctx
+                .replicasets
+                .get_in(ns, name)
+                .map(|o| o.metadata.clone()),
             "Pod" => self.ctx.pods.get_in(ns, name).map(|o| o.metadata.clone()),
             _ => None,
         }
@@ -135,15 +148,26 @@ impl GarbageCollector {
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
         let me = self.clone();
-        spawn_workers("garbagecollector", self.queue.clone(), workers, &self.ctx.metrics, shutdown, move |key| {
-            let me = me.clone();
-            async move { me.sync(&key).await }
-        });
+        spawn_workers(
+            "garbagecollector",
+            self.queue.clone(),
+            workers,
+            &self.ctx.metrics,
+            shutdown,
+            move |key| {
+                let me = me.clone();
+                async move { me.sync(&key).await }
+            },
+        );
     }
 
     async fn sync(&self, key: &str) -> Reconciled {
         let mut parts = key.splitn(3, '|');
-        let (kind, ns, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let (kind, ns, name) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
         let Some(m) = self.cached(kind, ns, name) else {
             return Ok(None);
         };
@@ -181,7 +205,10 @@ impl GarbageCollector {
         };
         if solid > 0 {
             if !drop_refs.is_empty() {
-                let keep: Vec<&OwnerReference> = refs.iter().filter(|r| !drop_refs.contains(&r.uid)).collect();
+                let keep: Vec<&OwnerReference> = refs
+                    .iter()
+                    .filter(|r| !drop_refs.contains(&r.uid))
+                    .collect();
                 let patch = json!({"metadata": {"ownerReferences": keep, "uid": uid}});
                 self.patch(&p, patch).await?;
             }
@@ -194,7 +221,13 @@ impl GarbageCollector {
         } else {
             "Background"
         };
-        tracing::debug!(kind, namespace = ns, name, policy, "deleting object whose owners are gone");
+        tracing::debug!(
+            kind,
+            namespace = ns,
+            name,
+            policy,
+            "deleting object whose owners are gone"
+        );
         self.delete(&p, &uid, policy).await?;
         Ok(None)
     }
@@ -207,7 +240,12 @@ impl GarbageCollector {
                 let Some(p) = path(&r.api_version, &r.kind, ns, &r.name) else {
                     return Ok(OwnerState::Solid); // a kind we do not know: never delete for it
                 };
-                match self.ctx.client.send_json::<Value>(rkube_client::Method::GET, &p, None).await {
+                match self
+                    .ctx
+                    .client
+                    .send_json::<Value>(rkube_client::Method::GET, &p, None)
+                    .await
+                {
                     Ok(v) => serde_json::from_value::<ObjectMeta>(v["metadata"].clone()).ok(),
                     Err(e) if e.is_not_found() => None,
                     Err(e) => return Err(e),
@@ -229,10 +267,20 @@ impl GarbageCollector {
     async fn orphan_dependents(&self, uid: &str) -> Result<(), Error> {
         for (it, m) in self.dependents(uid) {
             let kind = it.split('|').next().unwrap_or("");
-            let Some(p) = path(api_version_of(kind), kind, m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default()) else {
+            let Some(p) = path(
+                api_version_of(kind),
+                kind,
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default(),
+            ) else {
                 continue;
             };
-            let keep: Vec<&OwnerReference> = m.owner_references.iter().flatten().filter(|r| r.uid != uid).collect();
+            let keep: Vec<&OwnerReference> = m
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|r| r.uid != uid)
+                .collect();
             let patch = json!({"metadata": {"ownerReferences": keep, "uid": m.uid}});
             self.patch(&p, patch).await?;
         }
@@ -254,8 +302,14 @@ impl GarbageCollector {
             }
             if dm.deletion_timestamp.is_none() {
                 let dk = it.split('|').next().unwrap_or("");
-                if let Some(p) = path(api_version_of(dk), dk, dm.namespace.as_deref().unwrap_or_default(), dm.name.as_deref().unwrap_or_default()) {
-                    self.delete(&p, dm.uid.as_deref().unwrap_or_default(), "Foreground").await?;
+                if let Some(p) = path(
+                    api_version_of(dk),
+                    dk,
+                    dm.namespace.as_deref().unwrap_or_default(),
+                    dm.name.as_deref().unwrap_or_default(),
+                ) {
+                    self.delete(&p, dm.uid.as_deref().unwrap_or_default(), "Foreground")
+                        .await?;
                 }
             }
         }
@@ -266,17 +320,30 @@ impl GarbageCollector {
     }
 
     async fn remove_finalizer(&self, kind: &str, m: &ObjectMeta, f: &str) -> Result<(), Error> {
-        let Some(p) = path(api_version_of(kind), kind, m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default()) else {
+        let Some(p) = path(
+            api_version_of(kind),
+            kind,
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+        ) else {
             return Ok(());
         };
         let rest: Vec<&String> = m.finalizers.iter().flatten().filter(|x| *x != f).collect();
-        let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": m.resource_version}});
+        let patch =
+            json!({"metadata": {"finalizers": rest, "resourceVersion": m.resource_version}});
         self.patch(&p, patch).await
     }
 
     async fn patch(&self, path: &str, patch: Value) -> Result<(), Error> {
         let body = serde_json::to_vec(&patch).expect("JSON");
-        match send(&self.ctx.client, rkube_client::Method::PATCH, path, ("application/merge-patch+json", body)).await {
+        match send(
+            &self.ctx.client,
+            rkube_client::Method::PATCH,
+            path,
+            ("application/merge-patch+json", body),
+        )
+        .await
+        {
             Ok(()) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
@@ -284,8 +351,18 @@ impl GarbageCollector {
     }
 
     async fn delete(&self, path: &str, uid: &str, policy: &str) -> Result<(), Error> {
-        let body = serde_json::to_vec(&json!({"propagationPolicy": policy, "preconditions": {"uid": uid}})).expect("JSON");
-        match send(&self.ctx.client, rkube_client::Method::DELETE, path, ("application/json", body)).await {
+        let body = serde_json::to_vec(
+            &json!({"propagationPolicy": policy, "preconditions": {"uid": uid}}),
+        )
+        .expect("JSON");
+        match send(
+            &self.ctx.client,
+            rkube_client::Method::DELETE,
+            path,
+            ("application/json", body),
+        )
+        .await
+        {
             Ok(()) => Ok(()),
             // Gone already, or a new object took the name (UID precondition): nothing to do.
             Err(e) if e.is_not_found() || e.code() == Some(409) => Ok(()),
@@ -294,6 +371,11 @@ impl GarbageCollector {
     }
 }
 
-async fn send(client: &Client, m: rkube_client::Method, path: &str, body: (&'static str, Vec<u8>)) -> Result<(), Error> {
+async fn send(
+    client: &Client,
+    m: rkube_client::Method,
+    path: &str,
+    body: (&'static str, Vec<u8>),
+) -> Result<(), Error> {
     client.send(m, path, Some(body)).await.map(|_| ())
 }

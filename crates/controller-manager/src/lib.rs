@@ -20,7 +20,13 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 5] = ["deployment", "replicaset", "garbagecollector", "nodelifecycle", "namespace"];
+pub const CONTROLLERS: [&str; 5] = [
+    "deployment",
+    "replicaset",
+    "garbagecollector",
+    "nodelifecycle",
+    "namespace",
+];
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -52,7 +58,11 @@ impl Config {
     }
 
     pub fn enabled(&self, name: &str) -> bool {
-        if self.controllers.iter().any(|c| c.strip_prefix('-') == Some(name)) {
+        if self
+            .controllers
+            .iter()
+            .any(|c| c.strip_prefix('-') == Some(name))
+        {
             return false;
         }
         self.controllers.iter().any(|c| c == "*" || c == name)
@@ -61,23 +71,37 @@ impl Config {
 
 /// Serves health and metrics on `listener` and runs the controllers until `shutdown` (or until
 /// leadership is lost, which is an error: the process should restart and campaign again).
-pub async fn run(config: Config, listener: TcpListener, shutdown: ShutdownToken) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownToken,
+) -> anyhow::Result<()> {
     for c in &config.controllers {
         let n = c.trim_start_matches('-');
         if n != "*" && !CONTROLLERS.contains(&n) {
-            anyhow::bail!("unknown controller {n:?}; known: {}", CONTROLLERS.join(", "));
+            anyhow::bail!(
+                "unknown controller {n:?}; known: {}",
+                CONTROLLERS.join(", ")
+            );
         }
     }
     let metrics = Registry::new();
-    metrics.gauge_fn("process_resident_memory_bytes", "Resident memory size in bytes.", &[], || {
-        rkube_daemon::metrics::process_rss_bytes() as f64
-    });
+    metrics.gauge_fn(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        &[],
+        || rkube_daemon::metrics::process_rss_bytes() as f64,
+    );
     let ready = Ready::default();
-    let health = rkube_daemon::health::serve(listener, metrics.clone(), ready.clone(), shutdown.clone());
+    let health =
+        rkube_daemon::health::serve(listener, metrics.clone(), ready.clone(), shutdown.clone());
     let health = tokio::spawn(health);
     let client = Client::new(config.client.clone())?;
     if config.leader_elect {
-        let settings = config.leader.clone().unwrap_or_else(|| Settings::new("kube-controller-manager"));
+        let settings = config
+            .leader
+            .clone()
+            .unwrap_or_else(|| Settings::new("kube-controller-manager"));
         let elector = LeaderElector::new(&client, settings);
         let cfg = config.clone();
         let m = metrics.clone();
@@ -99,17 +123,42 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: ShutdownToken)
     Ok(())
 }
 
-async fn run_controllers(config: Config, client: Client, metrics: Arc<Registry>, ready: Ready, shutdown: ShutdownToken) {
-    let host = std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string());
-    let recorder = rkube_client::events::Recorder::new(&client, "controller-manager", host.as_deref(), shutdown.clone());
+async fn run_controllers(
+    config: Config,
+    client: Client,
+    metrics: Arc<Registry>,
+    ready: Ready,
+    shutdown: ShutdownToken,
+) {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string());
+    let recorder = rkube_client::events::Recorder::new(
+        &client,
+        "controller-manager",
+        host.as_deref(),
+        shutdown.clone(),
+    );
     let ctx = context::Ctx::new(client.clone(), recorder, metrics);
-    let deployments = config.enabled("deployment").then(|| deployment::DeploymentController::new(ctx.clone()));
-    let replicasets = config.enabled("replicaset").then(|| replicaset::ReplicaSetController::new(ctx.clone()));
-    let gc = config.enabled("garbagecollector").then(|| gc::GarbageCollector::new(ctx.clone()));
-    let namespaces = config.enabled("namespace").then(|| namespace::NamespaceController::new(ctx.clone()));
-    let nodes = config
-        .enabled("nodelifecycle")
-        .then(|| nodelifecycle::NodeLifecycle::new(ctx.clone(), config.node_monitor_grace_period, config.node_monitor_period));
+    let deployments = config
+        .enabled("deployment")
+        .then(|| deployment::DeploymentController::new(ctx.clone()));
+    let replicasets = config
+        .enabled("replicaset")
+        .then(|| replicaset::ReplicaSetController::new(ctx.clone()));
+    let gc = config
+        .enabled("garbagecollector")
+        .then(|| gc::GarbageCollector::new(ctx.clone()));
+    let namespaces = config
+        .enabled("namespace")
+        .then(|| namespace::NamespaceController::new(ctx.clone()));
+    let nodes = config.enabled("nodelifecycle").then(|| {
+        nodelifecycle::NodeLifecycle::new(
+            ctx.clone(),
+            config.node_monitor_grace_period,
+            config.node_monitor_period,
+        )
+    });
     ctx.start_informers(&shutdown);
     tokio::select! {
         _ = shutdown.cancelled() => return,

@@ -6,7 +6,11 @@ use rkube_client::ClientFlags;
 use rkube_daemon::GoDuration;
 
 #[derive(Parser, Debug)]
-#[command(name = "rkube-controller-manager", version, about = "The controller manager of rkube")]
+#[command(
+    name = "rkube-controller-manager",
+    version,
+    about = "The controller manager of rkube"
+)]
 struct Flags {
     #[command(flatten)]
     client: ClientFlags,

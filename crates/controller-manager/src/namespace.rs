@@ -46,10 +46,17 @@ impl NamespaceController {
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
         let me = self.clone();
-        spawn_workers("namespace", self.queue.clone(), workers, &self.ctx.metrics, shutdown, move |key| {
-            let me = me.clone();
-            async move { me.sync(&key).await }
-        });
+        spawn_workers(
+            "namespace",
+            self.queue.clone(),
+            workers,
+            &self.ctx.metrics,
+            shutdown,
+            move |key| {
+                let me = me.clone();
+                async move { me.sync(&key).await }
+            },
+        );
     }
 
     async fn sync(&self, name: &str) -> Reconciled {
@@ -59,12 +66,19 @@ impl NamespaceController {
         if ns.metadata.deletion_timestamp.is_none() {
             return Ok(None);
         }
-        let finalizers: Vec<String> = ns.spec.as_ref().and_then(|s| s.finalizers.clone()).unwrap_or_default();
+        let finalizers: Vec<String> = ns
+            .spec
+            .as_ref()
+            .and_then(|s| s.finalizers.clone())
+            .unwrap_or_default();
         if !finalizers.iter().any(|f| f == "kubernetes") {
             return Ok(None);
         }
         let mut remaining = 0usize;
-        for def in rkube_api::resources::RESOURCES.iter().filter(|d| d.namespaced) {
+        for def in rkube_api::resources::RESOURCES
+            .iter()
+            .filter(|d| d.namespaced)
+        {
             let path = collection_path(def, name);
             let list: Value = match self.ctx.client.send_json(Method::GET, &path, None).await {
                 Ok(v) => v,
@@ -77,11 +91,16 @@ impl NamespaceController {
                     continue;
                 }
                 let n = item["metadata"]["name"].as_str().unwrap_or_default();
-                let body = serde_json::to_vec(&json!({"propagationPolicy": "Background"})).expect("JSON");
+                let body =
+                    serde_json::to_vec(&json!({"propagationPolicy": "Background"})).expect("JSON");
                 match self
                     .ctx
                     .client
-                    .send(Method::DELETE, &format!("{path}/{n}"), Some(("application/json", body)))
+                    .send(
+                        Method::DELETE,
+                        &format!("{path}/{n}"),
+                        Some(("application/json", body)),
+                    )
                     .await
                 {
                     Ok(_) => {}
@@ -95,12 +114,19 @@ impl NamespaceController {
             return Ok(Some(Duration::from_secs(1)));
         }
         let mut body = serde_json::to_value(&*ns).expect("namespace");
-        body["spec"]["finalizers"] = json!(finalizers.iter().filter(|f| *f != "kubernetes").collect::<Vec<_>>());
+        body["spec"]["finalizers"] = json!(finalizers
+            .iter()
+            .filter(|f| *f != "kubernetes")
+            .collect::<Vec<_>>());
         let bytes = serde_json::to_vec(&body).expect("JSON");
         match self
             .ctx
             .client
-            .send(Method::PUT, &format!("/api/v1/namespaces/{name}/finalize"), Some(("application/json", bytes)))
+            .send(
+                Method::PUT,
+                &format!("/api/v1/namespaces/{name}/finalize"),
+                Some(("application/json", bytes)),
+            )
             .await
         {
             Ok(_) => Ok(None),

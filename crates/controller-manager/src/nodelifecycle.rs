@@ -23,28 +23,47 @@ pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
 const CONDITIONS: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
 
 fn ready_condition(n: &Node) -> Option<&NodeCondition> {
-    n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
 }
 
 /// The node's last sign of life: the later of its Lease renewal and its Ready heartbeat.
 pub fn last_heartbeat(n: &Node, lease_renew: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
-    let hb = ready_condition(n).and_then(|c| c.last_heartbeat_time.as_ref()).map(|t| t.0);
+    let hb = ready_condition(n)
+        .and_then(|c| c.last_heartbeat_time.as_ref())
+        .map(|t| t.0);
     hb.max(lease_renew)
 }
 
 /// Conditions set to Unknown when the heartbeat is older than `grace` (None: no change).
-pub fn stale_conditions(n: &Node, lease_renew: Option<DateTime<Utc>>, now: DateTime<Utc>, grace: Duration) -> Option<Vec<NodeCondition>> {
+pub fn stale_conditions(
+    n: &Node,
+    lease_renew: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    grace: Duration,
+) -> Option<Vec<NodeCondition>> {
     let grace = k8s_openapi::chrono::Duration::from_std(grace).ok()?;
     let created = n.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let (since, message) = match (ready_condition(n), last_heartbeat(n, lease_renew)) {
         (Some(c), _) if c.status == "Unknown" => return None,
         (Some(_), Some(hb)) => (hb, "Kubelet stopped posting node status."),
-        _ => (lease_renew.or(created)?, "Kubelet never posted node status."),
+        _ => (
+            lease_renew.or(created)?,
+            "Kubelet never posted node status.",
+        ),
     };
     if now - since <= grace {
         return None;
     }
-    let mut conds: Vec<NodeCondition> = n.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let mut conds: Vec<NodeCondition> = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
     for t in CONDITIONS {
         match conds.iter_mut().find(|c| c.type_ == t) {
             Some(c) => {
@@ -68,7 +87,11 @@ pub fn stale_conditions(n: &Node, lease_renew: Option<DateTime<Utc>>, now: DateT
 
 /// The node's taints with the lifecycle ones matching its Ready status (`None`: unchanged).
 pub fn desired_taints(n: &Node, now: DateTime<Utc>) -> Option<Vec<Taint>> {
-    let current: Vec<Taint> = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let current: Vec<Taint> = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
     let want_key = match ready_condition(n).map(|c| c.status.as_str()) {
         Some("True") => None,
         Some("False") => Some(NOT_READY),
@@ -77,7 +100,9 @@ pub fn desired_taints(n: &Node, now: DateTime<Utc>) -> Option<Vec<Taint>> {
     };
     let mut out: Vec<Taint> = current
         .iter()
-        .filter(|t| (t.key != UNREACHABLE && t.key != NOT_READY) || Some(t.key.as_str()) == want_key)
+        .filter(|t| {
+            (t.key != UNREACHABLE && t.key != NOT_READY) || Some(t.key.as_str()) == want_key
+        })
         .cloned()
         .collect();
     if let Some(k) = want_key {
@@ -96,7 +121,10 @@ pub fn desired_taints(n: &Node, now: DateTime<Utc>) -> Option<Vec<Taint>> {
 }
 
 pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = tol.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
+    let effect_ok = tol
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == taint.effect);
     let key_ok = match tol.key.as_deref() {
         None | Some("") => tol.operator.as_deref() == Some("Exists"),
         Some(k) => k == taint.key,
@@ -110,7 +138,11 @@ pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
 
 /// When a pod on a node with these taints must go: `None` never, `Some(t)` at `t` (past = now).
 pub fn eviction_time(pod: &Pod, taints: &[Taint], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let tols: Vec<Toleration> = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    let tols: Vec<Toleration> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
     let mut at: Option<DateTime<Utc>> = None;
     let mut any = false;
     for taint in taints.iter().filter(|t| t.effect == "NoExecute") {
@@ -122,7 +154,12 @@ pub fn eviction_time(pod: &Pod, taints: &[Taint], now: DateTime<Utc>) -> Option<
         if matching.iter().any(|t| t.toleration_seconds.is_none()) {
             continue; // tolerated forever
         }
-        let secs = matching.iter().filter_map(|t| t.toleration_seconds).min().unwrap_or(0).max(0);
+        let secs = matching
+            .iter()
+            .filter_map(|t| t.toleration_seconds)
+            .min()
+            .unwrap_or(0)
+            .max(0);
         let added = taint.time_added.as_ref().map(|t| t.0).unwrap_or(now);
         let t = added + k8s_openapi::chrono::Duration::seconds(secs);
         at = Some(at.map_or(t, |a| a.min(t)));
@@ -187,7 +224,11 @@ impl NodeLifecycle {
                     Err(e) if e.is_not_found() => continue,
                     Err(e) => return Err(e),
                 }
-                self.recorder.normal(object_ref(&node), "NodeNotReady", format!("Node {name} status is now: NodeNotReady"));
+                self.recorder.normal(
+                    object_ref(&node),
+                    "NodeNotReady",
+                    format!("Node {name} status is now: NodeNotReady"),
+                );
             }
             if let Some(taints) = desired_taints(&node, now) {
                 node.spec.get_or_insert_with(Default::default).taints = Some(taints);
@@ -197,7 +238,11 @@ impl NodeLifecycle {
                     Err(e) => return Err(e),
                 }
             }
-            let taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let taints: Vec<Taint> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
             if !taints.iter().any(|t| t.effect == "NoExecute") {
                 continue;
             }
@@ -209,9 +254,17 @@ impl NodeLifecycle {
                     let ns = pod.metadata.namespace.clone().unwrap_or_default();
                     let pname = pod.metadata.name.clone().unwrap_or_default();
                     tracing::info!(node = %name, pod = %pname, "evicting pod from tainted node");
-                    self.recorder.normal(object_ref(&*pod), "TaintManagerEviction", format!("Marking for deletion Pod {ns}/{pname}"));
-                    let dp = DeleteParams::with_uid(pod.metadata.uid.as_deref().unwrap_or_default());
-                    match Api::<Pod>::namespaced(&self.ctx.client, &ns).delete(&pname, &dp).await {
+                    self.recorder.normal(
+                        object_ref(&*pod),
+                        "TaintManagerEviction",
+                        format!("Marking for deletion Pod {ns}/{pname}"),
+                    );
+                    let dp =
+                        DeleteParams::with_uid(pod.metadata.uid.as_deref().unwrap_or_default());
+                    match Api::<Pod>::namespaced(&self.ctx.client, &ns)
+                        .delete(&pname, &dp)
+                        .await
+                    {
                         Ok(_) => {}
                         Err(e) if e.is_not_found() || e.code() == Some(409) => {}
                         Err(e) => return Err(e),
@@ -246,7 +299,13 @@ mod tests {
         let grace = Duration::from_secs(40);
         assert!(stale_conditions(&n, None, t("2026-01-01T00:00:39Z"), grace).is_none());
         // A fresh lease keeps it alive even with an old Ready heartbeat.
-        assert!(stale_conditions(&n, Some(t("2026-01-01T00:00:30Z")), t("2026-01-01T00:01:00Z"), grace).is_none());
+        assert!(stale_conditions(
+            &n,
+            Some(t("2026-01-01T00:00:30Z")),
+            t("2026-01-01T00:01:00Z"),
+            grace
+        )
+        .is_none());
         let conds = stale_conditions(&n, None, t("2026-01-01T00:00:41Z"), grace).unwrap();
         assert_eq!(conds.len(), 4);
         assert!(conds.iter().all(|c| c.status == "Unknown"));
@@ -261,19 +320,41 @@ mod tests {
         assert_eq!(taints.len(), 2);
         assert!(taints.iter().all(|t| t.key == UNREACHABLE));
         let mut back = node("True", "2026-01-01T00:01:00Z");
-        back.spec = Some(k8s_openapi::api::core::v1::NodeSpec { taints: Some(taints), ..Default::default() });
+        back.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(taints),
+            ..Default::default()
+        });
         assert_eq!(desired_taints(&back, now), Some(vec![]));
-        assert_eq!(desired_taints(&node("True", "2026-01-01T00:00:00Z"), now), None);
+        assert_eq!(
+            desired_taints(&node("True", "2026-01-01T00:00:00Z"), now),
+            None
+        );
     }
 
     #[test]
     fn eviction_honours_toleration_seconds() {
         let now = t("2026-01-01T00:00:10Z");
-        let taint = Taint { key: UNREACHABLE.into(), effect: "NoExecute".into(), value: None, time_added: Some(Time(t("2026-01-01T00:00:00Z"))) };
-        let pod = |tols: serde_json::Value| -> Pod { serde_json::from_value(json!({"spec": {"containers": [], "tolerations": tols}})).unwrap() };
-        assert_eq!(eviction_time(&pod(json!([])), std::slice::from_ref(&taint), now), Some(now));
-        let p = pod(json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]));
-        assert_eq!(eviction_time(&p, std::slice::from_ref(&taint), now), Some(t("2026-01-01T00:05:00Z")));
+        let taint = Taint {
+            key: UNREACHABLE.into(),
+            effect: "NoExecute".into(),
+            value: None,
+            time_added: Some(Time(t("2026-01-01T00:00:00Z"))),
+        };
+        let pod = |tols: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"spec": {"containers": [], "tolerations": tols}}))
+                .unwrap()
+        };
+        assert_eq!(
+            eviction_time(&pod(json!([])), std::slice::from_ref(&taint), now),
+            Some(now)
+        );
+        let p = pod(
+            json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]),
+        );
+        assert_eq!(
+            eviction_time(&p, std::slice::from_ref(&taint), now),
+            Some(t("2026-01-01T00:05:00Z"))
+        );
         let p = pod(json!([{"operator": "Exists"}]));
         assert_eq!(eviction_time(&p, std::slice::from_ref(&taint), now), None);
     }

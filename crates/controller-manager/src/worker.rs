@@ -28,7 +28,12 @@ pub fn spawn_workers<F, Fut>(
     let labels = [("name", name)];
     {
         let q = queue.clone();
-        metrics.gauge_fn("workqueue_depth", "Current depth of the work queue.", &labels, move || q.len() as f64);
+        metrics.gauge_fn(
+            "workqueue_depth",
+            "Current depth of the work queue.",
+            &labels,
+            move || q.len() as f64,
+        );
     }
     let latency = metrics.histogram(
         "controller_reconcile_duration_seconds",
@@ -41,7 +46,11 @@ pub fn spawn_workers<F, Fut>(
         "Reconciles that failed and were re-queued with backoff.",
         &[("controller", name)],
     );
-    let adds = metrics.counter("workqueue_adds_total", "Items processed from the work queue.", &labels);
+    let adds = metrics.counter(
+        "workqueue_adds_total",
+        "Items processed from the work queue.",
+        &labels,
+    );
     {
         let q = queue.clone();
         let s = shutdown.clone();

@@ -367,6 +367,27 @@ async fn guards_against_hostile_input(c: &Cluster) {
         &pod("existing", json!({})),
     )
     .await;
+    // RV=0 starts from the cache as it is: wait until it has seen "existing".
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let (_, list) = c
+            .get("/api/v1/namespaces/default/pods?resourceVersion=0")
+            .await;
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str())
+            .collect();
+        if names.contains(&"existing") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cache never saw the pod"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling interval
+    }
     let mut w = c.watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=0&sendInitialEvents=false&resourceVersionMatch=NotOlderThan").await;
     c.post("/api/v1/namespaces/default/pods", &pod("fresh", json!({})))
         .await;

@@ -5,7 +5,6 @@
 //! Prints the figures and writes them to `docs/benchmarks.md`.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,6 @@ use clap::Parser;
 use futures_util::StreamExt;
 use rkube_bench::*;
 use serde_json::{json, Value};
-use tokio::process::Command;
 
 #[derive(Parser, Debug)]
 struct Flags {
@@ -46,37 +44,6 @@ struct Figures {
     create: (u64, u64),
     update: (u64, u64),
     get: (u64, u64),
-}
-
-async fn start_apiserver(
-    bin: &PathBuf,
-    storage_url: &str,
-) -> anyhow::Result<(tokio::process::Child, String)> {
-    let port = free_port();
-    let child = Command::new(bin)
-        .args([
-            "--etcd-servers",
-            storage_url,
-            "--secure-port",
-            &port.to_string(),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        anyhow::ensure!(Instant::now() < deadline, "apiserver did not become ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok((child, base))
 }
 
 fn pod(i: usize, nodes: usize) -> Value {

@@ -33,7 +33,9 @@ const NOT_COPIED: &[&str] = &[
 /// spell words.
 pub fn safe_encode(s: &str) -> String {
     const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    s.bytes().map(|b| ALPHANUMS[b as usize % ALPHANUMS.len()] as char).collect()
+    s.bytes()
+        .map(|b| ALPHANUMS[b as usize % ALPHANUMS.len()] as char)
+        .collect()
 }
 
 /// FNV-1a, 32 bits.
@@ -76,7 +78,12 @@ pub fn equal_ignore_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
 }
 
 /// An int or a percentage of `total`, rounded up or down.
-pub fn scaled_value(v: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> Result<i32, String> {
+pub fn scaled_value(
+    v: Option<&IntOrString>,
+    total: i32,
+    round_up: bool,
+    default: &str,
+) -> Result<i32, String> {
     let s = match v {
         Some(IntOrString::Int(i)) => return Ok(*i),
         Some(IntOrString::String(s)) => s.as_str(),
@@ -87,7 +94,11 @@ pub fn scaled_value(v: Option<&IntOrString>, total: i32, round_up: bool, default
         .and_then(|p| p.parse().ok())
         .ok_or_else(|| format!("invalid value for IntOrString: invalid value {s:?}"))?;
     let prod = pct * i64::from(total);
-    Ok(if round_up { (prod + 99) / 100 } else { prod / 100 } as i32)
+    Ok(if round_up {
+        (prod + 99) / 100
+    } else {
+        prod / 100
+    } as i32)
 }
 
 pub fn replicas(d: &Deployment) -> i32 {
@@ -115,7 +126,8 @@ pub fn fenceposts(d: &Deployment) -> (i32, i32) {
         .and_then(|s| s.rolling_update.as_ref());
     let n = replicas(d);
     let surge = scaled_value(ru.and_then(|r| r.max_surge.as_ref()), n, true, "25%").unwrap_or(0);
-    let unavail = scaled_value(ru.and_then(|r| r.max_unavailable.as_ref()), n, false, "25%").unwrap_or(0);
+    let unavail =
+        scaled_value(ru.and_then(|r| r.max_unavailable.as_ref()), n, false, "25%").unwrap_or(0);
     if surge == 0 && unavail == 0 {
         return (0, 1);
     }
@@ -146,7 +158,12 @@ pub fn pod_count(rs: &ReplicaSet) -> i32 {
 
 /// Available pods the set will keep.
 pub fn available(rs: &ReplicaSet) -> i32 {
-    spec_replicas(rs).min(rs.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0))
+    spec_replicas(rs).min(
+        rs.status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0),
+    )
 }
 
 pub fn revision(rs: &ReplicaSet) -> i64 {
@@ -192,8 +209,16 @@ pub fn new_rs_replicas(d: &Deployment, all: &[&ReplicaSet], new_rs: &ReplicaSet)
 
 /// Rolling update: new replica counts for old sets (oldest first): first the unhealthy pods,
 /// then as many available ones as minAvailable allows.
-pub fn scale_down_old(d: &Deployment, new_rs: &ReplicaSet, old: &[&ReplicaSet]) -> Vec<(String, i32)> {
-    let mut old: Vec<&ReplicaSet> = old.iter().copied().filter(|rs| spec_replicas(rs) > 0).collect();
+pub fn scale_down_old(
+    d: &Deployment,
+    new_rs: &ReplicaSet,
+    old: &[&ReplicaSet],
+) -> Vec<(String, i32)> {
+    let mut old: Vec<&ReplicaSet> = old
+        .iter()
+        .copied()
+        .filter(|rs| spec_replicas(rs) > 0)
+        .collect();
     if old.is_empty() {
         return Vec::new();
     }
@@ -226,7 +251,11 @@ pub fn scale_down_old(d: &Deployment, new_rs: &ReplicaSet, old: &[&ReplicaSet]) 
         cleaned += n;
     }
     // Then available ones, down to minAvailable.
-    let avail: i32 = old.iter().map(|rs| available(rs).min(spec(rs, &target))).sum::<i32>() + available(new_rs);
+    let avail: i32 = old
+        .iter()
+        .map(|rs| available(rs).min(spec(rs, &target)))
+        .sum::<i32>()
+        + available(new_rs);
     if avail > min_available {
         let mut left = avail - min_available;
         for rs in &old {
@@ -244,7 +273,10 @@ pub fn scale_down_old(d: &Deployment, new_rs: &ReplicaSet, old: &[&ReplicaSet]) 
     }
     target
         .into_iter()
-        .filter(|(name, n)| old.iter().any(|rs| rs.metadata.name.as_deref() == Some(name) && spec_replicas(rs) != *n))
+        .filter(|(name, n)| {
+            old.iter()
+                .any(|rs| rs.metadata.name.as_deref() == Some(name) && spec_replicas(rs) != *n)
+        })
         .collect()
 }
 
@@ -263,7 +295,11 @@ pub fn is_scaling_event(d: &Deployment, active: &[&ReplicaSet]) -> bool {
 /// Proportional scaling of the active sets when the replica count changes mid-rollout
 /// (upstream's `scale`): the difference is shared by each set's share of the old size; the
 /// rounding leftover goes to the largest set. Returns new sizes by name.
-pub fn proportional_sizes(d: &Deployment, active: &[&ReplicaSet], new_rs: Option<&ReplicaSet>) -> Vec<(String, i32)> {
+pub fn proportional_sizes(
+    d: &Deployment,
+    active: &[&ReplicaSet],
+    new_rs: Option<&ReplicaSet>,
+) -> Vec<(String, i32)> {
     let want = replicas(d);
     let name = |rs: &ReplicaSet| rs.metadata.name.clone().unwrap_or_default();
     if active.len() <= 1 {
@@ -285,23 +321,33 @@ pub fn proportional_sizes(d: &Deployment, active: &[&ReplicaSet], new_rs: Option
     sets.sort_by(|a, b| {
         let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        spec_replicas(b)
-            .cmp(&spec_replicas(a))
-            .then(if to_add > 0 { tb.cmp(&ta) } else { ta.cmp(&tb) })
+        spec_replicas(b).cmp(&spec_replicas(a)).then(if to_add > 0 {
+            tb.cmp(&ta)
+        } else {
+            ta.cmp(&tb)
+        })
     });
     let d_status_replicas = d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
     let mut added = 0;
     let mut sizes: Vec<(String, i32)> = Vec::new();
     for rs in &sets {
-        let annotated = annotation_i32(rs, MAX_REPLICAS).filter(|v| *v > 0).unwrap_or(d_status_replicas);
+        let annotated = annotation_i32(rs, MAX_REPLICAS)
+            .filter(|v| *v > 0)
+            .unwrap_or(d_status_replicas);
         let fraction = if annotated <= 0 {
             0
         } else {
-            let new_size = (f64::from(spec_replicas(rs)) * f64::from(allowed) / f64::from(annotated)).round() as i32;
+            let new_size = (f64::from(spec_replicas(rs)) * f64::from(allowed)
+                / f64::from(annotated))
+            .round() as i32;
             new_size - spec_replicas(rs)
         };
         let left = to_add - added;
-        let p = if to_add > 0 { fraction.min(left) } else { fraction.max(left) };
+        let p = if to_add > 0 {
+            fraction.min(left)
+        } else {
+            fraction.max(left)
+        };
         added += p;
         sizes.push((name(rs), spec_replicas(rs) + p));
     }
@@ -312,7 +358,12 @@ pub fn proportional_sizes(d: &Deployment, active: &[&ReplicaSet], new_rs: Option
 }
 
 /// Annotations a set of this deployment should carry; `None` when nothing changes.
-pub fn set_annotations(d: &Deployment, rs: &ReplicaSet, new_revision: i64, is_new: bool) -> Option<BTreeMap<String, String>> {
+pub fn set_annotations(
+    d: &Deployment,
+    rs: &ReplicaSet,
+    new_revision: i64,
+    is_new: bool,
+) -> Option<BTreeMap<String, String>> {
     let mut a = rs.metadata.annotations.clone().unwrap_or_default();
     let before = a.clone();
     if is_new {
@@ -333,7 +384,12 @@ pub fn set_annotations(d: &Deployment, rs: &ReplicaSet, new_revision: i64, is_ne
 
 /// Old sets to delete beyond `revisionHistoryLimit`: empty, settled, oldest revisions first.
 pub fn history_to_delete(d: &Deployment, old: &[&ReplicaSet]) -> Vec<String> {
-    let limit = d.spec.as_ref().and_then(|s| s.revision_history_limit).unwrap_or(10).max(0) as usize;
+    let limit = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.revision_history_limit)
+        .unwrap_or(10)
+        .max(0) as usize;
     let mut cleanable: Vec<&ReplicaSet> = old
         .iter()
         .copied()
@@ -349,7 +405,10 @@ pub fn history_to_delete(d: &Deployment, old: &[&ReplicaSet]) -> Vec<String> {
     }
     cleanable.sort_by_key(|rs| revision(rs));
     let n = cleanable.len() - limit;
-    cleanable[..n].iter().map(|rs| rs.metadata.name.clone().unwrap_or_default()).collect()
+    cleanable[..n]
+        .iter()
+        .map(|rs| rs.metadata.name.clone().unwrap_or_default())
+        .collect()
 }
 
 fn condition<'a>(s: &'a DeploymentStatus, t: &str) -> Option<&'a DeploymentCondition> {
@@ -357,10 +416,20 @@ fn condition<'a>(s: &'a DeploymentStatus, t: &str) -> Option<&'a DeploymentCondi
 }
 
 /// Sets a condition; the transition time moves only when the status flips.
-pub fn set_condition(s: &mut DeploymentStatus, t: &str, status: &str, reason: &str, message: String, now: DateTime<Utc>) {
+pub fn set_condition(
+    s: &mut DeploymentStatus,
+    t: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    now: DateTime<Utc>,
+) {
     let conds = s.conditions.get_or_insert_with(Vec::new);
     match conds.iter_mut().find(|c| c.type_ == t) {
-        Some(c) if c.status == status && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message.as_str()) => {}
+        Some(c)
+            if c.status == status
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message.as_str()) => {}
         Some(c) => {
             if c.status != status {
                 c.last_transition_time = Some(Time(now));
@@ -382,16 +451,31 @@ pub fn set_condition(s: &mut DeploymentStatus, t: &str, status: &str, reason: &s
 }
 
 /// Replica counts and the Available condition (upstream's `calculateStatus`).
-pub fn calculate_status(d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&ReplicaSet>, now: DateTime<Utc>) -> DeploymentStatus {
+pub fn calculate_status(
+    d: &Deployment,
+    all: &[&ReplicaSet],
+    new_rs: Option<&ReplicaSet>,
+    now: DateTime<Utc>,
+) -> DeploymentStatus {
     let mut s = d.status.clone().unwrap_or_default();
     let actual: i32 = all.iter().map(|rs| status_replicas(rs)).sum();
     let ready: i32 = all
         .iter()
-        .map(|rs| rs.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0))
+        .map(|rs| {
+            rs.status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0)
+        })
         .sum();
     let avail: i32 = all
         .iter()
-        .map(|rs| rs.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0))
+        .map(|rs| {
+            rs.status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0)
+        })
         .sum();
     let total: i32 = all.iter().map(|rs| spec_replicas(rs)).sum();
     s.observed_generation = d.metadata.generation;
@@ -401,9 +485,23 @@ pub fn calculate_status(d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&Rep
     s.available_replicas = Some(avail);
     s.unavailable_replicas = Some((total - avail).max(0));
     if avail >= replicas(d) - max_unavailable(d) {
-        set_condition(&mut s, "Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into(), now);
+        set_condition(
+            &mut s,
+            "Available",
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".into(),
+            now,
+        );
     } else {
-        set_condition(&mut s, "Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into(), now);
+        set_condition(
+            &mut s,
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".into(),
+            now,
+        );
     }
     s
 }
@@ -436,14 +534,27 @@ pub fn progressing(
     now: DateTime<Utc>,
 ) -> Option<i64> {
     let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
-    let deadline = d.spec.as_ref().and_then(|s| s.progress_deadline_seconds).unwrap_or(600);
+    let deadline = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.progress_deadline_seconds)
+        .unwrap_or(600);
     if paused {
         return None;
     }
-    let rs_name = new_rs.and_then(|rs| rs.metadata.name.clone()).unwrap_or_default();
+    let rs_name = new_rs
+        .and_then(|rs| rs.metadata.name.clone())
+        .unwrap_or_default();
     let old = d.status.clone().unwrap_or_default();
     if is_complete(d, new_status) {
-        set_condition(new_status, "Progressing", "True", "NewReplicaSetAvailable", format!("ReplicaSet \"{rs_name}\" has successfully progressed."), now);
+        set_condition(
+            new_status,
+            "Progressing",
+            "True",
+            "NewReplicaSetAvailable",
+            format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
+            now,
+        );
         return None;
     }
     if is_progressing(&old, new_status) {
@@ -455,17 +566,34 @@ pub fn progressing(
                 c.message = Some(msg);
                 c.last_update_time = Some(Time(now));
             }
-            _ => set_condition(new_status, "Progressing", "True", "ReplicaSetUpdated", msg, now),
+            _ => set_condition(
+                new_status,
+                "Progressing",
+                "True",
+                "ReplicaSetUpdated",
+                msg,
+                now,
+            ),
         }
         return Some(i64::from(deadline));
     }
-    let last = condition(new_status, "Progressing").and_then(|c| c.last_update_time.as_ref()).map(|t| t.0);
+    let last = condition(new_status, "Progressing")
+        .and_then(|c| c.last_update_time.as_ref())
+        .map(|t| t.0);
     if let Some(last) = last {
         let since = (now - last).num_seconds();
-        let timed_out = condition(new_status, "Progressing").and_then(|c| c.reason.as_deref()) == Some("ProgressDeadlineExceeded");
+        let timed_out = condition(new_status, "Progressing").and_then(|c| c.reason.as_deref())
+            == Some("ProgressDeadlineExceeded");
         if since >= i64::from(deadline) {
             if !timed_out {
-                set_condition(new_status, "Progressing", "False", "ProgressDeadlineExceeded", format!("ReplicaSet \"{rs_name}\" has timed out progressing."), now);
+                set_condition(
+                    new_status,
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    format!("ReplicaSet \"{rs_name}\" has timed out progressing."),
+                    now,
+                );
             }
             return None;
         }
@@ -501,13 +629,29 @@ mod tests {
     #[test]
     fn safe_encoding_and_hash_shape() {
         assert_eq!(safe_encode("0123456789"), "456789bcdf");
-        let t: PodTemplateSpec = serde_json::from_value(json!({"metadata": {"labels": {"app": "x"}}})).unwrap();
+        let t: PodTemplateSpec =
+            serde_json::from_value(json!({"metadata": {"labels": {"app": "x"}}})).unwrap();
         let h = template_hash(&t, None);
-        assert!((6..=10).contains(&h.len()) && h.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)), "{h}");
-        assert_ne!(h, template_hash(&t, Some(1)), "collision count changes the hash");
+        assert!(
+            (6..=10).contains(&h.len())
+                && h.bytes()
+                    .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
+            "{h}"
+        );
+        assert_ne!(
+            h,
+            template_hash(&t, Some(1)),
+            "collision count changes the hash"
+        );
         assert_eq!(h, template_hash(&t, None), "stable");
         let mut with = t.clone();
-        with.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert(HASH_LABEL.into(), h);
+        with.metadata
+            .as_mut()
+            .unwrap()
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(HASH_LABEL.into(), h);
         assert!(equal_ignore_hash(&t, &with));
     }
 
@@ -528,7 +672,11 @@ mod tests {
         // Up by the surge only.
         assert_eq!(new_rs_replicas(&d, &[&old, &new], &new), 1);
         let new = rs("new", "2026-01-02T00:00:00Z", 1, 1, 0);
-        assert_eq!(new_rs_replicas(&d, &[&old, &new], &new), 1, "no room: 4 pods already");
+        assert_eq!(
+            new_rs_replicas(&d, &[&old, &new], &new),
+            1,
+            "no room: 4 pods already"
+        );
         // Nothing old goes while the new pod is unavailable (maxUnavailable 0).
         assert!(scale_down_old(&d, &new, &[&old]).is_empty());
         let new = rs("new", "2026-01-02T00:00:00Z", 1, 1, 1);
@@ -553,11 +701,20 @@ mod tests {
     #[test]
     fn proportional_scaling_shares_the_difference() {
         let mut d = deploy(20, json!(3), json!(2));
-        d.status = Some(DeploymentStatus { replicas: Some(13), ..Default::default() });
+        d.status = Some(DeploymentStatus {
+            replicas: Some(13),
+            ..Default::default()
+        });
         let mut a = rs("a", "2026-01-01T00:00:00Z", 8, 8, 8);
         let mut b = rs("b", "2026-01-02T00:00:00Z", 5, 5, 0);
         for x in [&mut a, &mut b] {
-            x.metadata.annotations = Some([(MAX_REPLICAS.to_string(), "13".to_string()), (DESIRED_REPLICAS.to_string(), "10".to_string())].into());
+            x.metadata.annotations = Some(
+                [
+                    (MAX_REPLICAS.to_string(), "13".to_string()),
+                    (DESIRED_REPLICAS.to_string(), "10".to_string()),
+                ]
+                .into(),
+            );
         }
         assert!(is_scaling_event(&d, &[&a, &b]));
         let sizes = proportional_sizes(&d, &[&a, &b], Some(&b));
@@ -570,7 +727,9 @@ mod tests {
     fn history_keeps_the_limit() {
         let mut d = deploy(1, json!(1), json!(0));
         d.spec.as_mut().unwrap().revision_history_limit = Some(1);
-        let mut sets: Vec<ReplicaSet> = (1..=3).map(|i| rs(&format!("r{i}"), "2026-01-01T00:00:00Z", 0, 0, 0)).collect();
+        let mut sets: Vec<ReplicaSet> = (1..=3)
+            .map(|i| rs(&format!("r{i}"), "2026-01-01T00:00:00Z", 0, 0, 0))
+            .collect();
         for (i, s) in sets.iter_mut().enumerate() {
             s.metadata.annotations = Some([(REVISION.to_string(), (i + 1).to_string())].into());
         }
@@ -584,11 +743,28 @@ mod tests {
         let new = rs("new", "2026-01-02T00:00:00Z", 2, 2, 2);
         let now = rkube_client::now();
         let mut s = calculate_status(&d, &[&new], Some(&new), now);
-        assert_eq!((s.replicas, s.updated_replicas, s.available_replicas, s.unavailable_replicas), (Some(2), Some(2), Some(2), Some(0)));
+        assert_eq!(
+            (
+                s.replicas,
+                s.updated_replicas,
+                s.available_replicas,
+                s.unavailable_replicas
+            ),
+            (Some(2), Some(2), Some(2), Some(0))
+        );
         assert_eq!(progressing(&d, &mut s, Some(&new), now), None);
         let p = condition(&s, "Progressing").unwrap();
-        assert_eq!((p.status.as_str(), p.reason.as_deref()), ("True", Some("NewReplicaSetAvailable")));
-        assert_eq!(p.message.as_deref(), Some("ReplicaSet \"new\" has successfully progressed."));
-        assert_eq!(condition(&s, "Available").unwrap().reason.as_deref(), Some("MinimumReplicasAvailable"));
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_deref()),
+            ("True", Some("NewReplicaSetAvailable"))
+        );
+        assert_eq!(
+            p.message.as_deref(),
+            Some("ReplicaSet \"new\" has successfully progressed.")
+        );
+        assert_eq!(
+            condition(&s, "Available").unwrap().reason.as_deref(),
+            Some("MinimumReplicasAvailable")
+        );
     }
 }

@@ -43,7 +43,9 @@ fn matching_deployments(ctx: &Ctx, rs: &ReplicaSet) -> Vec<String> {
     ctx.deployments
         .by_index(index::NAMESPACE, ns)
         .iter()
-        .filter(|d| selector(d.spec.as_ref().map(|s| &s.selector)).is_some_and(|s| s.matches(&labels)))
+        .filter(|d| {
+            selector(d.spec.as_ref().map(|s| &s.selector)).is_some_and(|s| s.matches(&labels))
+        })
         .map(|d| key_of(&**d))
         .collect()
 }
@@ -61,7 +63,9 @@ impl DeploymentController {
         });
         let me = c.clone();
         ctx.deployments.on_change(move |ch| match ch {
-            Change::Added(d) | Change::Updated { new: d, .. } | Change::Deleted(d) => me.queue.add(key_of(&**d)),
+            Change::Added(d) | Change::Updated { new: d, .. } | Change::Deleted(d) => {
+                me.queue.add(key_of(&**d))
+            }
         });
         let me = c.clone();
         ctx.replicasets.on_change(move |ch| {
@@ -105,10 +109,17 @@ impl DeploymentController {
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
         let me = self.clone();
-        spawn_workers("deployment", self.queue.clone(), workers, &self.ctx.metrics, shutdown, move |key| {
-            let me = me.clone();
-            async move { me.sync(&key).await }
-        });
+        spawn_workers(
+            "deployment",
+            self.queue.clone(),
+            workers,
+            &self.ctx.metrics,
+            shutdown,
+            move |key| {
+                let me = me.clone();
+                async move { me.sync(&key).await }
+            },
+        );
     }
 
     fn rs_api(&self, ns: &str) -> Api<ReplicaSet> {
@@ -130,16 +141,36 @@ impl DeploymentController {
                     if matches {
                         out.push((*rs).clone());
                     } else if d.metadata.deletion_timestamp.is_none() {
-                        let refs: Vec<_> = rs.metadata.owner_references.iter().flatten().filter(|r| r.uid != uid).cloned().collect();
-                        let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-                        ignore_gone(self.rs_api(ns).patch(&name(&rs.metadata), &Patch::Merge(patch)).await)?;
+                        let refs: Vec<_> = rs
+                            .metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .filter(|r| r.uid != uid)
+                            .cloned()
+                            .collect();
+                        let patch =
+                            json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
+                        ignore_gone(
+                            self.rs_api(ns)
+                                .patch(&name(&rs.metadata), &Patch::Merge(patch))
+                                .await,
+                        )?;
                     }
                 }
-                None if matches && d.metadata.deletion_timestamp.is_none() && rs.metadata.deletion_timestamp.is_none() => {
+                None if matches
+                    && d.metadata.deletion_timestamp.is_none()
+                    && rs.metadata.deletion_timestamp.is_none() =>
+                {
                     let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
                     refs.push(controller_ref_to(d));
-                    let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-                    if let Some(adopted) = ignore_gone(self.rs_api(ns).patch(&name(&rs.metadata), &Patch::Merge(patch)).await)? {
+                    let patch =
+                        json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
+                    if let Some(adopted) = ignore_gone(
+                        self.rs_api(ns)
+                            .patch(&name(&rs.metadata), &Patch::Merge(patch))
+                            .await,
+                    )? {
                         out.push(adopted);
                     }
                 }
@@ -156,7 +187,11 @@ impl DeploymentController {
         let d = (*d).clone();
         let (ns, _) = split_key(key);
         if selector(d.spec.as_ref().map(|s| &s.selector)).is_none() {
-            self.recorder.warning(object_ref(&d), "SelectingAll", "This deployment is selecting all pods. A non-empty selector is required.".into());
+            self.recorder.warning(
+                object_ref(&d),
+                "SelectingAll",
+                "This deployment is selecting all pods. A non-empty selector is required.".into(),
+            );
             return Ok(None);
         }
         let sets = self.claim(&d).await?;
@@ -165,9 +200,14 @@ impl DeploymentController {
         let new_rs = refs
             .iter()
             .copied()
-            .find(|rs| match (rs.spec.as_ref().and_then(|s| s.template.as_ref()), d.spec.as_ref().map(|s| &s.template)) {
-                (Some(a), Some(b)) => equal_ignore_hash(a, b),
-                _ => false,
+            .find(|rs| {
+                match (
+                    rs.spec.as_ref().and_then(|s| s.template.as_ref()),
+                    d.spec.as_ref().map(|s| &s.template),
+                ) {
+                    (Some(a), Some(b)) => equal_ignore_hash(a, b),
+                    _ => false,
+                }
             })
             .cloned();
         let old: Vec<&ReplicaSet> = refs
@@ -180,7 +220,11 @@ impl DeploymentController {
             return self.sync_status(&d, &refs, new_rs.as_ref()).await;
         }
         let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
-        let active: Vec<&ReplicaSet> = refs.iter().copied().filter(|rs| spec_replicas(rs) > 0).collect();
+        let active: Vec<&ReplicaSet> = refs
+            .iter()
+            .copied()
+            .filter(|rs| spec_replicas(rs) > 0)
+            .collect();
         if paused || is_scaling_event(&d, &active) {
             let sizes = proportional_sizes(&d, &active, new_rs.as_ref());
             self.apply_sizes(&d, &refs, &sizes).await?;
@@ -190,12 +234,20 @@ impl DeploymentController {
 
         let new_rs = match new_rs {
             Some(rs) => self.sync_new_revision(&d, rs, &old).await?,
-            None if is_recreate(&d) && old.iter().any(|rs| pod_count(rs) > 0 || self.has_pods(rs)) => None,
+            None if is_recreate(&d)
+                && old.iter().any(|rs| pod_count(rs) > 0 || self.has_pods(rs)) =>
+            {
+                None
+            }
             None => Some(self.create_new_rs(&d, &old).await?),
         };
         let Some(new_rs) = new_rs else {
             // Recreate: old sets go to zero first.
-            let sizes: Vec<(String, i32)> = old.iter().filter(|rs| spec_replicas(rs) > 0).map(|rs| (name(&rs.metadata), 0)).collect();
+            let sizes: Vec<(String, i32)> = old
+                .iter()
+                .filter(|rs| spec_replicas(rs) > 0)
+                .map(|rs| (name(&rs.metadata), 0))
+                .collect();
             self.apply_sizes(&d, &refs, &sizes).await?;
             return self.sync_status(&d, &refs, None).await;
         };
@@ -203,7 +255,11 @@ impl DeploymentController {
         all.push(&new_rs);
 
         if is_recreate(&d) {
-            let sizes: Vec<(String, i32)> = old.iter().filter(|rs| spec_replicas(rs) > 0).map(|rs| (name(&rs.metadata), 0)).collect();
+            let sizes: Vec<(String, i32)> = old
+                .iter()
+                .filter(|rs| spec_replicas(rs) > 0)
+                .map(|rs| (name(&rs.metadata), 0))
+                .collect();
             if !sizes.is_empty() {
                 self.apply_sizes(&d, &all, &sizes).await?;
                 return self.sync_status(&d, &all, Some(&new_rs)).await;
@@ -213,13 +269,15 @@ impl DeploymentController {
             }
             let want = replicas(&d);
             if spec_replicas(&new_rs) != want {
-                self.apply_sizes(&d, &all, &[(name(&new_rs.metadata), want)]).await?;
+                self.apply_sizes(&d, &all, &[(name(&new_rs.metadata), want)])
+                    .await?;
                 return self.sync_status(&d, &all, Some(&new_rs)).await;
             }
         } else {
             let target = new_rs_replicas(&d, &all, &new_rs);
             if target != spec_replicas(&new_rs) {
-                self.apply_sizes(&d, &all, &[(name(&new_rs.metadata), target)]).await?;
+                self.apply_sizes(&d, &all, &[(name(&new_rs.metadata), target)])
+                    .await?;
                 return self.sync_status(&d, &all, Some(&new_rs)).await;
             }
             let sizes = scale_down_old(&d, &new_rs, &old);
@@ -231,7 +289,10 @@ impl DeploymentController {
         let status = calculate_status(&d, &all, Some(&new_rs), rkube_client::now());
         if is_complete(&d, &status) {
             for n in history_to_delete(&d, &old) {
-                let rs = old.iter().find(|rs| rs.metadata.name.as_deref() == Some(&n)).expect("listed");
+                let rs = old
+                    .iter()
+                    .find(|rs| rs.metadata.name.as_deref() == Some(&n))
+                    .expect("listed");
                 let dp = DeleteParams::with_uid(rs.metadata.uid.as_deref().unwrap_or_default());
                 ignore_gone(self.rs_api(ns).delete(&n, &dp).await)?;
             }
@@ -241,15 +302,28 @@ impl DeploymentController {
 
     fn has_pods(&self, rs: &ReplicaSet) -> bool {
         let uid = rs.metadata.uid.clone().unwrap_or_default();
-        self.ctx.pods.by_index(index::OWNER_UID, &uid).iter().any(|p: &Arc<Pod>| {
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-            phase != "Succeeded" && phase != "Failed"
-        })
+        self.ctx
+            .pods
+            .by_index(index::OWNER_UID, &uid)
+            .iter()
+            .any(|p: &Arc<Pod>| {
+                let phase = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .unwrap_or("");
+                phase != "Succeeded" && phase != "Failed"
+            })
     }
 
     /// Bumps the reused set's revision (how `rollout undo` works) and keeps its annotations and
     /// minReadySeconds in step.
-    async fn sync_new_revision(&self, d: &Deployment, rs: ReplicaSet, old: &[&ReplicaSet]) -> Result<Option<ReplicaSet>, Error> {
+    async fn sync_new_revision(
+        &self,
+        d: &Deployment,
+        rs: ReplicaSet,
+        old: &[&ReplicaSet],
+    ) -> Result<Option<ReplicaSet>, Error> {
         let new_revision = max_revision(old) + 1;
         let mrs = d.spec.as_ref().and_then(|s| s.min_ready_seconds);
         let ann = set_annotations(d, &rs, new_revision, true);
@@ -270,27 +344,44 @@ impl DeploymentController {
     }
 
     async fn set_deployment_revision(&self, d: &Deployment, rev: i64) -> Result<(), Error> {
-        let cur = d.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).cloned();
+        let cur = d
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REVISION))
+            .cloned();
         if cur.as_deref() == Some(rev.to_string().as_str()) {
             return Ok(());
         }
         let ns = d.metadata.namespace.as_deref().unwrap_or_default();
         let patch = json!({"metadata": {"annotations": {REVISION: rev.to_string()}}});
-        ignore_gone(Api::<Deployment>::namespaced(&self.ctx.client, ns).patch(&name(&d.metadata), &Patch::Merge(patch)).await)?;
+        ignore_gone(
+            Api::<Deployment>::namespaced(&self.ctx.client, ns)
+                .patch(&name(&d.metadata), &Patch::Merge(patch))
+                .await,
+        )?;
         Ok(())
     }
 
-    async fn create_new_rs(&self, d: &Deployment, old: &[&ReplicaSet]) -> Result<ReplicaSet, Error> {
+    async fn create_new_rs(
+        &self,
+        d: &Deployment,
+        old: &[&ReplicaSet],
+    ) -> Result<ReplicaSet, Error> {
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let spec = d.spec.clone().unwrap_or_default();
         let collision = d.status.as_ref().and_then(|s| s.collision_count);
         let hash = template_hash(&spec.template, collision);
         let mut template = spec.template.clone();
         let tm = template.metadata.get_or_insert_with(Default::default);
-        tm.labels.get_or_insert_with(Default::default).insert(HASH_LABEL.into(), hash.clone());
+        tm.labels
+            .get_or_insert_with(Default::default)
+            .insert(HASH_LABEL.into(), hash.clone());
         let labels = tm.labels.clone();
         let mut sel = spec.selector.clone();
-        sel.match_labels.get_or_insert_with(Default::default).insert(HASH_LABEL.into(), hash.clone());
+        sel.match_labels
+            .get_or_insert_with(Default::default)
+            .insert(HASH_LABEL.into(), hash.clone());
         let mut rs = ReplicaSet {
             metadata: ObjectMeta {
                 name: Some(format!("{}-{hash}", name(&d.metadata))),
@@ -316,8 +407,12 @@ impl DeploymentController {
             Ok(c) => c,
             Err(e) if e.is_already_exists() => {
                 let existing = self.rs_api(&ns).get(&name(&rs.metadata)).await?;
-                let ours = controller_ref(&existing.metadata).is_some_and(|r| Some(&r.uid) == d.metadata.uid.as_ref());
-                let same = match (existing.spec.as_ref().and_then(|s| s.template.as_ref()), rs.spec.as_ref().and_then(|s| s.template.as_ref())) {
+                let ours = controller_ref(&existing.metadata)
+                    .is_some_and(|r| Some(&r.uid) == d.metadata.uid.as_ref());
+                let same = match (
+                    existing.spec.as_ref().and_then(|s| s.template.as_ref()),
+                    rs.spec.as_ref().and_then(|s| s.template.as_ref()),
+                ) {
                     (Some(a), Some(b)) => equal_ignore_hash(a, b),
                     _ => false,
                 };
@@ -328,7 +423,9 @@ impl DeploymentController {
                 let mut d2 = d.clone();
                 let st = d2.status.get_or_insert_with(Default::default);
                 st.collision_count = Some(collision.unwrap_or(0) + 1);
-                Api::<Deployment>::namespaced(&self.ctx.client, &ns).replace_status(&name(&d.metadata), &d2).await?;
+                Api::<Deployment>::namespaced(&self.ctx.client, &ns)
+                    .replace_status(&name(&d.metadata), &d2)
+                    .await?;
                 return Err(e);
             }
             Err(e) => return Err(e),
@@ -337,7 +434,10 @@ impl DeploymentController {
             self.recorder.normal(
                 object_ref(d),
                 "ScalingReplicaSet",
-                format!("Scaled up replica set {} from 0 to {n}", name(&created.metadata)),
+                format!(
+                    "Scaled up replica set {} from 0 to {n}",
+                    name(&created.metadata)
+                ),
             );
         }
         self.set_deployment_revision(d, revision(&created)).await?;
@@ -345,9 +445,17 @@ impl DeploymentController {
     }
 
     /// Resizes sets (by name) and records ScalingReplicaSet events.
-    async fn apply_sizes(&self, d: &Deployment, sets: &[&ReplicaSet], sizes: &[(String, i32)]) -> Result<(), Error> {
+    async fn apply_sizes(
+        &self,
+        d: &Deployment,
+        sets: &[&ReplicaSet],
+        sizes: &[(String, i32)],
+    ) -> Result<(), Error> {
         for (n, size) in sizes {
-            let Some(rs) = sets.iter().find(|rs| rs.metadata.name.as_deref() == Some(n)) else {
+            let Some(rs) = sets
+                .iter()
+                .find(|rs| rs.metadata.name.as_deref() == Some(n))
+            else {
                 continue;
             };
             let from = spec_replicas(rs);
@@ -377,20 +485,48 @@ impl DeploymentController {
             if let Some(a) = set_annotations(d, rs, 0, false) {
                 let ns = rs.metadata.namespace.clone().unwrap_or_default();
                 let patch = json!({"metadata": {"annotations": a}});
-                ignore_gone(self.rs_api(&ns).patch(&name(&rs.metadata), &Patch::Merge(patch)).await)?;
+                ignore_gone(
+                    self.rs_api(&ns)
+                        .patch(&name(&rs.metadata), &Patch::Merge(patch))
+                        .await,
+                )?;
             }
         }
         Ok(())
     }
 
-    async fn sync_status(&self, d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&ReplicaSet>) -> Reconciled {
+    async fn sync_status(
+        &self,
+        d: &Deployment,
+        all: &[&ReplicaSet],
+        new_rs: Option<&ReplicaSet>,
+    ) -> Reconciled {
         let now = rkube_client::now();
         let mut status = calculate_status(d, all, new_rs, now);
         let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
         if paused {
-            set_condition(&mut status, "Progressing", "Unknown", "DeploymentPaused", "Deployment is paused".into(), now);
-        } else if status.conditions.iter().flatten().any(|c| c.reason.as_deref() == Some("DeploymentPaused")) {
-            set_condition(&mut status, "Progressing", "Unknown", "DeploymentResumed", "Deployment is resumed".into(), now);
+            set_condition(
+                &mut status,
+                "Progressing",
+                "Unknown",
+                "DeploymentPaused",
+                "Deployment is paused".into(),
+                now,
+            );
+        } else if status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.reason.as_deref() == Some("DeploymentPaused"))
+        {
+            set_condition(
+                &mut status,
+                "Progressing",
+                "Unknown",
+                "DeploymentResumed",
+                "Deployment is resumed".into(),
+                now,
+            );
         }
         let recheck = progressing(d, &mut status, new_rs, now);
         if d.status.as_ref() != Some(&status) {
@@ -398,7 +534,11 @@ impl DeploymentController {
             // and so does not conflict with spec or annotation writes.
             let ns = d.metadata.namespace.as_deref().unwrap_or_default();
             let patch = Patch::Merge(json!({"status": status}));
-            ignore_gone(Api::<Deployment>::namespaced(&self.ctx.client, ns).patch_status(&name(&d.metadata), &patch).await)?;
+            ignore_gone(
+                Api::<Deployment>::namespaced(&self.ctx.client, ns)
+                    .patch_status(&name(&d.metadata), &patch)
+                    .await,
+            )?;
         }
         Ok(recheck.map(|s| Duration::from_secs(s.max(1) as u64)))
     }

@@ -16,7 +16,11 @@ pub const BURST_REPLICAS: usize = 500;
 
 /// Not terminal and not being deleted.
 pub fn is_active(p: &Pod) -> bool {
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    let phase = p
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("");
     phase != "Succeeded" && phase != "Failed" && p.metadata.deletion_timestamp.is_none()
 }
 
@@ -41,7 +45,9 @@ pub fn is_available(p: &Pod, min_ready_seconds: i32, now: DateTime<Utc>) -> bool
         None => false,
         Some(_) if min_ready_seconds <= 0 => true,
         Some(None) => false,
-        Some(Some(t)) => t + k8s_openapi::chrono::Duration::seconds(i64::from(min_ready_seconds)) <= now,
+        Some(Some(t)) => {
+            t + k8s_openapi::chrono::Duration::seconds(i64::from(min_ready_seconds)) <= now
+        }
     }
 }
 
@@ -52,8 +58,13 @@ pub fn until_available(p: &Pod, min_ready_seconds: i32, now: DateTime<Utc>) -> O
     (min_ready_seconds > 0 && at > now).then(|| (at - now).num_seconds() + 1)
 }
 
-pub fn controller_ref(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references.as_ref()?.iter().find(|r| r.controller == Some(true))
+pub fn controller_ref(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
 }
 
 /// Parses a `metav1.LabelSelector`; an empty or absent one selects nothing here (a controller
@@ -64,7 +75,13 @@ pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
         .match_expressions
         .iter()
         .flatten()
-        .map(|e| (e.key.clone(), e.operator.clone(), e.values.clone().unwrap_or_default()))
+        .map(|e| {
+            (
+                e.key.clone(),
+                e.operator.clone(),
+                e.values.clone().unwrap_or_default(),
+            )
+        })
         .collect();
     let labels: BTreeMap<String, String> = s.match_labels.clone().unwrap_or_default();
     if labels.is_empty() && exprs.is_empty() {
@@ -73,7 +90,9 @@ pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
     Selector::from_parts(&labels, &exprs).ok()
 }
 
-pub fn labels_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> BTreeMap<String, String> {
+pub fn labels_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> BTreeMap<String, String> {
     meta.labels.clone().unwrap_or_default()
 }
 
@@ -126,7 +145,10 @@ fn restarts(p: &Pod) -> i32 {
 }
 
 fn node(p: &Pod) -> &str {
-    p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("")
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("")
 }
 
 /// Upstream's `ActivePodsWithRanks` order, most deletable first: unassigned before assigned;
@@ -143,7 +165,10 @@ pub fn rank_for_deletion(pods: &mut [Arc<Pod>]) {
     let colocated = |p: &Pod| per_node.get(node(p)).copied().unwrap_or(0);
     pods.sort_by(|a, b| {
         let (a, b) = (&**a, &**b);
-        node(a).is_empty().cmp(&node(b).is_empty()).reverse()
+        node(a)
+            .is_empty()
+            .cmp(&node(b).is_empty())
+            .reverse()
             .then(phase_rank(a).cmp(&phase_rank(b)))
             .then(is_ready(a).cmp(&is_ready(b)))
             .then(colocated(b).cmp(&colocated(a)))
@@ -192,7 +217,10 @@ pub fn status(rs: &ReplicaSet, owned_active: &[Arc<Pod>], now: DateTime<Utc>) ->
         })
         .count();
     let ready = owned_active.iter().filter(|p| is_ready(p)).count();
-    let available = owned_active.iter().filter(|p| is_available(p, min_ready, now)).count();
+    let available = owned_active
+        .iter()
+        .filter(|p| is_available(p, min_ready, now))
+        .count();
     let old = rs.status.clone().unwrap_or_default();
     ReplicaSetStatus {
         replicas: owned_active.len() as i32,
@@ -237,8 +265,20 @@ mod tests {
     fn deletion_ranking_follows_upstream() {
         let t = "2026-01-01T00:00:00Z";
         let pods = vec![
-            pod("running-ready-old", "n1", "Running", Some("2026-01-01T00:01:00Z"), t),
-            pod("running-ready-new", "n2", "Running", Some("2026-01-01T00:05:00Z"), t),
+            pod(
+                "running-ready-old",
+                "n1",
+                "Running",
+                Some("2026-01-01T00:01:00Z"),
+                t,
+            ),
+            pod(
+                "running-ready-new",
+                "n2",
+                "Running",
+                Some("2026-01-01T00:05:00Z"),
+                t,
+            ),
             pod("running-notready", "n3", "Running", None, t),
             pod("pending-assigned", "n4", "Pending", None, t),
             pod("unassigned", "", "Pending", None, t),
@@ -246,7 +286,13 @@ mod tests {
         match diff(0, &pods) {
             Diff::Delete(names) => assert_eq!(
                 names,
-                ["unassigned", "pending-assigned", "running-notready", "running-ready-new", "running-ready-old"]
+                [
+                    "unassigned",
+                    "pending-assigned",
+                    "running-notready",
+                    "running-ready-new",
+                    "running-ready-old"
+                ]
             ),
             other => panic!("{other:?}"),
         }
@@ -277,11 +323,23 @@ mod tests {
     #[test]
     fn availability_waits_min_ready_seconds() {
         let now: DateTime<Utc> = "2026-01-01T00:00:10Z".parse().unwrap();
-        let p = pod("a", "n", "Running", Some("2026-01-01T00:00:05Z"), "2026-01-01T00:00:00Z");
+        let p = pod(
+            "a",
+            "n",
+            "Running",
+            Some("2026-01-01T00:00:05Z"),
+            "2026-01-01T00:00:00Z",
+        );
         assert!(is_available(&p, 0, now));
         assert!(is_available(&p, 5, now));
         assert!(!is_available(&p, 6, now));
         assert_eq!(until_available(&p, 8, now), Some(4));
-        assert!(!is_active(&pod("d", "n", "Succeeded", None, "2026-01-01T00:00:00Z")));
+        assert!(!is_active(&pod(
+            "d",
+            "n",
+            "Succeeded",
+            None,
+            "2026-01-01T00:00:00Z"
+        )));
     }
 }

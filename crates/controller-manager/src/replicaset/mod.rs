@@ -50,8 +50,7 @@ fn matching_sets(ctx: &Ctx, pod: &Pod) -> Vec<String> {
         .by_index(index::NAMESPACE, ns)
         .iter()
         .filter(|rs| {
-            selector(rs.spec.as_ref().map(|s| &s.selector))
-                .is_some_and(|s| s.matches(&labels))
+            selector(rs.spec.as_ref().map(|s| &s.selector)).is_some_and(|s| s.matches(&labels))
         })
         .map(|rs| key_of(&**rs))
         .collect()
@@ -99,7 +98,9 @@ impl ReplicaSetController {
                 }
             }
             Change::Updated { old, new } => {
-                if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
+                if new.metadata.deletion_timestamp.is_some()
+                    && old.metadata.deletion_timestamp.is_none()
+                {
                     self.pod_gone(new);
                 }
                 let old_owner = owner_key(&self.ctx, old);
@@ -113,9 +114,16 @@ impl ReplicaSetController {
                     Some(k) => {
                         // Availability changes after minReadySeconds: look again then.
                         if let Some(rs) = self.ctx.replicasets.get(&k) {
-                            let mrs = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
-                            if let Some(secs) = logic::until_available(new, mrs, rkube_client::now()) {
-                                self.queue.add_after(k.clone(), Duration::from_secs(secs as u64));
+                            let mrs = rs
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.min_ready_seconds)
+                                .unwrap_or(0);
+                            if let Some(secs) =
+                                logic::until_available(new, mrs, rkube_client::now())
+                            {
+                                self.queue
+                                    .add_after(k.clone(), Duration::from_secs(secs as u64));
                             }
                         }
                         self.queue.add(k);
@@ -145,10 +153,17 @@ impl ReplicaSetController {
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
         let me = self.clone();
-        spawn_workers("replicaset", self.queue.clone(), workers, &self.ctx.metrics, shutdown, move |key| {
-            let me = me.clone();
-            async move { me.sync(&key).await }
-        });
+        spawn_workers(
+            "replicaset",
+            self.queue.clone(),
+            workers,
+            &self.ctx.metrics,
+            shutdown,
+            move |key| {
+                let me = me.clone();
+                async move { me.sync(&key).await }
+            },
+        );
     }
 
     async fn sync(&self, key: &str) -> Reconciled {
@@ -200,23 +215,40 @@ impl ReplicaSetController {
         let status = logic::status(&rs, &active, now);
         if rs.status.as_ref() != Some(&status) {
             let patch = Patch::Merge(json!({"status": status}));
-            match Api::<ReplicaSet>::namespaced(&self.ctx.client, ns).patch_status(name, &patch).await {
+            match Api::<ReplicaSet>::namespaced(&self.ctx.client, ns)
+                .patch_status(name, &patch)
+                .await
+            {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
-        let mrs = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
-        let next = active.iter().filter_map(|p| logic::until_available(p, mrs, now)).min();
+        let mrs = rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.min_ready_seconds)
+            .unwrap_or(0);
+        let next = active
+            .iter()
+            .filter_map(|p| logic::until_available(p, mrs, now))
+            .min();
         Ok(next.map(|s| Duration::from_secs(s as u64)))
     }
 
     fn pod_from_template(rs: &ReplicaSet) -> Pod {
-        let template: PodTemplateSpec = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
+        let template: PodTemplateSpec = rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.clone())
+            .unwrap_or_default();
         let tm = template.metadata.unwrap_or_default();
         Pod {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}-", rs.metadata.name.as_deref().unwrap_or_default())),
+                generate_name: Some(format!(
+                    "{}-",
+                    rs.metadata.name.as_deref().unwrap_or_default()
+                )),
                 namespace: rs.metadata.namespace.clone(),
                 labels: tm.labels,
                 annotations: tm.annotations,
@@ -263,7 +295,11 @@ impl ReplicaSetController {
                         if e.is_already_exists() {
                             continue;
                         }
-                        self.recorder.warning(object_ref(rs), "FailedCreate", format!("Error creating: {e}"));
+                        self.recorder.warning(
+                            object_ref(rs),
+                            "FailedCreate",
+                            format!("Error creating: {e}"),
+                        );
                         failure = Some(e);
                     }
                 }
@@ -280,15 +316,28 @@ impl ReplicaSetController {
         Ok(())
     }
 
-    async fn delete_pods(&self, key: &str, rs: &ReplicaSet, ns: &str, names: &[String]) -> Result<(), Error> {
+    async fn delete_pods(
+        &self,
+        key: &str,
+        rs: &ReplicaSet,
+        ns: &str,
+        names: &[String],
+    ) -> Result<(), Error> {
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         self.expectations
             .expect_deletions(key, names.iter().map(|n| format!("{ns}/{n}")));
         let results = join_all(names.iter().map(|n| {
-            let uid = self.ctx.pods.get_in(ns, n).and_then(|p| p.metadata.uid.clone());
+            let uid = self
+                .ctx
+                .pods
+                .get_in(ns, n)
+                .and_then(|p| p.metadata.uid.clone());
             let api = api.clone();
             async move {
-                let dp = uid.as_deref().map(DeleteParams::with_uid).unwrap_or_default();
+                let dp = uid
+                    .as_deref()
+                    .map(DeleteParams::with_uid)
+                    .unwrap_or_default();
                 (n, api.delete(n, &dp).await)
             }
         }))
@@ -296,11 +345,20 @@ impl ReplicaSetController {
         let mut failure = None;
         for (n, r) in results {
             match r {
-                Ok(_) => self.recorder.normal(object_ref(rs), "SuccessfulDelete", format!("Deleted pod: {n}")),
+                Ok(_) => self.recorder.normal(
+                    object_ref(rs),
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {n}"),
+                ),
                 Err(e) => {
-                    self.expectations.deletion_observed(key, &format!("{ns}/{n}"));
+                    self.expectations
+                        .deletion_observed(key, &format!("{ns}/{n}"));
                     if !e.is_not_found() && e.code() != Some(409) {
-                        self.recorder.warning(object_ref(rs), "FailedDelete", format!("Error deleting: {e}"));
+                        self.recorder.warning(
+                            object_ref(rs),
+                            "FailedDelete",
+                            format!("Error deleting: {e}"),
+                        );
                         failure = Some(e);
                     }
                 }
@@ -323,7 +381,9 @@ impl ReplicaSetController {
         let name = p.metadata.name.as_deref().unwrap_or_default();
         match api.patch(name, &Patch::Merge(patch)).await {
             Ok(p) => Ok(Some(p)),
-            Err(e) if e.is_not_found() || e.code() == Some(409) || e.code() == Some(422) => Ok(None),
+            Err(e) if e.is_not_found() || e.code() == Some(409) || e.code() == Some(422) => {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }

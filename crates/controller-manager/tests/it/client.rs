@@ -37,20 +37,33 @@ async fn reflector_resumes_after_apiserver_restart_without_relisting() {
     let pods: Api<Pod> = Api::namespaced(&env.client, "default");
     pods.create(&pod("a", "n1")).await.unwrap();
     let stop = ShutdownToken::new();
-    let opts = Options { min_watch_timeout: Duration::from_secs(300), ..Default::default() };
+    let opts = Options {
+        min_watch_timeout: Duration::from_secs(300),
+        ..Default::default()
+    };
     let inf = Informer::with_options(Api::<Pod>::all(&env.client), ListParams::default(), opts);
     let stats: Arc<Stats> = inf.stats();
     let store = inf.spawn(stop.clone());
     store.wait_synced().await;
     pods.create(&pod("b", "n1")).await.unwrap();
-    wait_for("b in the cache", T, || async { store.get("default/b").map(|_| ()) }).await;
+    wait_for("b in the cache", T, || async {
+        store.get("default/b").map(|_| ())
+    })
+    .await;
 
     env.restart_apiserver().await;
     pods.create(&pod("c", "n1")).await.unwrap();
-    wait_for("c in the cache after the restart", T, || async { store.get("default/c").map(|_| ()) }).await;
+    wait_for("c in the cache after the restart", T, || async {
+        store.get("default/c").map(|_| ())
+    })
+    .await;
     assert_eq!(n(&stats.lists), 1, "only the initial list");
     assert_eq!(n(&stats.relists), 0);
-    assert!(n(&stats.watches) >= 2, "the watch was re-opened: {}", n(&stats.watches));
+    assert!(
+        n(&stats.watches) >= 2,
+        "the watch was re-opened: {}",
+        n(&stats.watches)
+    );
     assert_eq!(store.len(), 3);
     stop.cancel();
 }
@@ -68,7 +81,11 @@ async fn idle_filtered_watch_relists_without_bookmarks_and_not_with_them() {
     let stop = ShutdownToken::new();
     let idle = ListParams::default().fields("spec.nodeName=idle");
     let start = |bookmarks: bool| {
-        let opts = Options { min_watch_timeout: Duration::from_secs(3), bookmarks, ..Default::default() };
+        let opts = Options {
+            min_watch_timeout: Duration::from_secs(3),
+            bookmarks,
+            ..Default::default()
+        };
         let inf = Informer::with_options(Api::<Pod>::all(&env.client), idle.clone(), opts);
         let stats = inf.stats();
         let rv = inf.last_rv();
@@ -89,7 +106,9 @@ async fn idle_filtered_watch_relists_without_bookmarks_and_not_with_them() {
         let pods = pods.clone();
         let without = without.clone();
         async move {
-            pods.create(&pod(&format!("busy-{i}"), "busy")).await.unwrap();
+            pods.create(&pod(&format!("busy-{i}"), "busy"))
+                .await
+                .unwrap();
             (n(&without.relists) >= 1).then_some(())
         }
     })
@@ -101,16 +120,25 @@ async fn idle_filtered_watch_relists_without_bookmarks_and_not_with_them() {
         let pods = pods.clone();
         let with = with.clone();
         async move {
-            pods.create(&pod(&format!("busy-{i}"), "busy")).await.unwrap();
+            pods.create(&pod(&format!("busy-{i}"), "busy"))
+                .await
+                .unwrap();
             (n(&with.watches) >= w + 2).then_some(())
         }
     })
     .await;
-    assert_eq!(n(&with.relists), 0, "bookmarks kept the idle watch's resourceVersion fresh: {with:?}");
+    assert_eq!(
+        n(&with.relists),
+        0,
+        "bookmarks kept the idle watch's resourceVersion fresh: {with:?}"
+    );
     assert!(n(&with.bookmarks) >= 1);
     assert_eq!(n(&with.events), 0, "nothing happened on the idle node");
     let last: u64 = with_rv.lock().unwrap().parse().unwrap();
-    assert!(last > first_rv, "bookmarks advanced the RV: {first_rv} -> {last}");
+    assert!(
+        last > first_rv,
+        "bookmarks advanced the RV: {first_rv} -> {last}"
+    );
     assert!(n(&without.relists) >= 1);
     stop.cancel();
 }
@@ -131,31 +159,68 @@ async fn only_the_leader_acts_and_a_standby_takes_over_after_a_crash() {
     };
     let leases: Api<Lease> = Api::namespaced(&env.client, "kube-system");
     let holder = || async {
-        leases.get_opt("kube-controller-manager").await.ok()??.spec?.holder_identity.filter(|h| !h.is_empty())
+        leases
+            .get_opt("kube-controller-manager")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+            .filter(|h| !h.is_empty())
     };
     // a starts first and leads; b waits.
     let (a_stop, a_addr) = env.start_cm(cfg("a")).await;
-    wait_for("a holds the lease", T, || async { (holder().await.as_deref() == Some("a")).then_some(()) }).await;
+    wait_for("a holds the lease", T, || async {
+        (holder().await.as_deref() == Some("a")).then_some(())
+    })
+    .await;
     let (b_stop, b_addr) = env.start_cm(cfg("b")).await;
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
-    deploys.create(&deployment("le", 2, "nginx", 1, 0)).await.unwrap();
-    wait_for("2 pods", T, || async { (live_pods(&env.client, "default", "app=le").await.len() == 2).then_some(()) }).await;
+    deploys
+        .create(&deployment("le", 2, "nginx", 1, 0))
+        .await
+        .unwrap();
+    wait_for("2 pods", T, || async {
+        (live_pods(&env.client, "default", "app=le").await.len() == 2).then_some(())
+    })
+    .await;
     let http = reqwest::Client::new();
     let ready = |addr: String| {
         let http = http.clone();
-        async move { http.get(format!("{addr}/readyz")).send().await.map(|r| r.status().as_u16()).unwrap_or(0) }
+        async move {
+            http.get(format!("{addr}/readyz"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }
     };
     assert_eq!(ready(a_addr.clone()).await, 200);
-    assert_ne!(ready(b_addr.clone()).await, 200, "the standby runs no controllers");
+    assert_ne!(
+        ready(b_addr.clone()).await,
+        200,
+        "the standby runs no controllers"
+    );
     assert_eq!(holder().await.as_deref(), Some("a"));
 
     // a crashes without releasing the lease: b takes over within the lease duration.
     a_stop.cancel_without_release();
     let t0 = tokio::time::Instant::now();
-    wait_for("b holds the lease", T, || async { (holder().await.as_deref() == Some("b")).then_some(()) }).await;
+    wait_for("b holds the lease", T, || async {
+        (holder().await.as_deref() == Some("b")).then_some(())
+    })
+    .await;
     let took = t0.elapsed();
-    assert!(took < Duration::from_secs(3) + Duration::from_secs(2), "takeover took {took:?}");
-    deploys.patch("le", &Patch::Merge(json!({"spec": {"replicas": 3}}))).await.unwrap();
-    wait_for("b acts: 3 pods", T, || async { (live_pods(&env.client, "default", "app=le").await.len() == 3).then_some(()) }).await;
+    assert!(
+        took < Duration::from_secs(3) + Duration::from_secs(2),
+        "takeover took {took:?}"
+    );
+    deploys
+        .patch("le", &Patch::Merge(json!({"spec": {"replicas": 3}})))
+        .await
+        .unwrap();
+    wait_for("b acts: 3 pods", T, || async {
+        (live_pods(&env.client, "default", "app=le").await.len() == 3).then_some(())
+    })
+    .await;
     b_stop.cancel();
 }

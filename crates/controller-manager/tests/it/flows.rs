@@ -17,7 +17,10 @@ use crate::harness::{deployment, live_pods, wait_for, Env};
 const T: Duration = Duration::from_secs(30);
 
 fn image_of(p: &Pod) -> String {
-    p.spec.as_ref().unwrap().containers[0].image.clone().unwrap_or_default()
+    p.spec.as_ref().unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,20 +29,53 @@ async fn deployment_creates_replicaset_and_pods_with_upstream_names_and_owners()
     let (_cm, _) = env.start_cm(env.cm_config()).await;
     let _kubelet = env.fake_kubelet("default");
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
-    let d = deploys.create(&deployment("web", 3, "nginx:1.14.2", 1, 0)).await.unwrap();
+    let d = deploys
+        .create(&deployment("web", 3, "nginx:1.14.2", 1, 0))
+        .await
+        .unwrap();
     let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
     let rs = wait_for("the ReplicaSet", T, || async {
-        rs_api.list(&ListParams::default()).await.ok()?.items.into_iter().next()
+        rs_api
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
     })
     .await;
     let hash = rs.metadata.labels.as_ref().unwrap()["pod-template-hash"].clone();
-    assert_eq!(rs.metadata.name.as_deref(), Some(format!("web-{hash}").as_str()));
-    assert!(hash.len() >= 6 && hash.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)), "{hash}");
+    assert_eq!(
+        rs.metadata.name.as_deref(),
+        Some(format!("web-{hash}").as_str())
+    );
+    assert!(
+        hash.len() >= 6
+            && hash
+                .bytes()
+                .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
+        "{hash}"
+    );
     let owner = &rs.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Deployment", "web", Some(true)));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Deployment", "web", Some(true))
+    );
     assert_eq!(Some(&owner.uid), d.metadata.uid.as_ref());
-    assert_eq!(rs.spec.as_ref().unwrap().selector.match_labels.as_ref().unwrap()["pod-template-hash"], hash);
-    assert_eq!(rs.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"], "1");
+    assert_eq!(
+        rs.spec
+            .as_ref()
+            .unwrap()
+            .selector
+            .match_labels
+            .as_ref()
+            .unwrap()["pod-template-hash"],
+        hash
+    );
+    assert_eq!(
+        rs.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"],
+        "1"
+    );
 
     let pods = wait_for("3 pods", T, || async {
         let p = live_pods(&env.client, "default", "app=web").await;
@@ -48,37 +84,71 @@ async fn deployment_creates_replicaset_and_pods_with_upstream_names_and_owners()
     .await;
     for p in &pods {
         let name = p.metadata.name.as_deref().unwrap();
-        let suffix = name.strip_prefix(&format!("web-{hash}-")).unwrap_or_else(|| panic!("pod name {name}"));
+        let suffix = name
+            .strip_prefix(&format!("web-{hash}-"))
+            .unwrap_or_else(|| panic!("pod name {name}"));
         assert_eq!(suffix.len(), 5, "{name}");
         let r = &p.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((r.kind.as_str(), r.controller, r.block_owner_deletion), ("ReplicaSet", Some(true), Some(true)));
+        assert_eq!(
+            (r.kind.as_str(), r.controller, r.block_owner_deletion),
+            ("ReplicaSet", Some(true), Some(true))
+        );
         assert_eq!(Some(&r.uid), rs.metadata.uid.as_ref());
-        assert_eq!(p.metadata.labels.as_ref().unwrap()["pod-template-hash"], hash);
+        assert_eq!(
+            p.metadata.labels.as_ref().unwrap()["pod-template-hash"],
+            hash
+        );
     }
     // Status converges: all replicas updated, ready and available; Available and Progressing.
     let d = wait_for("deployment status", T, || async {
         let d = deploys.get("web").await.ok()?;
         let s = d.status.clone()?;
-        (s.available_replicas == Some(3) && s.updated_replicas == Some(3) && s.observed_generation == d.metadata.generation).then_some(d)
+        (s.available_replicas == Some(3)
+            && s.updated_replicas == Some(3)
+            && s.observed_generation == d.metadata.generation)
+            .then_some(d)
     })
     .await;
     let conds = d.status.unwrap().conditions.unwrap();
-    let reason = |t: &str| conds.iter().find(|c| c.type_ == t).and_then(|c| c.reason.clone());
-    assert_eq!(reason("Available").as_deref(), Some("MinimumReplicasAvailable"));
-    assert_eq!(reason("Progressing").as_deref(), Some("NewReplicaSetAvailable"));
-    assert_eq!(d.metadata.annotations.unwrap()["deployment.kubernetes.io/revision"], "1");
+    let reason = |t: &str| {
+        conds
+            .iter()
+            .find(|c| c.type_ == t)
+            .and_then(|c| c.reason.clone())
+    };
+    assert_eq!(
+        reason("Available").as_deref(),
+        Some("MinimumReplicasAvailable")
+    );
+    assert_eq!(
+        reason("Progressing").as_deref(),
+        Some("NewReplicaSetAvailable")
+    );
+    assert_eq!(
+        d.metadata.annotations.unwrap()["deployment.kubernetes.io/revision"],
+        "1"
+    );
     // Events as upstream writes them.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(&env.client, "default");
-    wait_for("ScalingReplicaSet and SuccessfulCreate events", T, || async {
-        let evs = events.list(&ListParams::default()).await.ok()?.items;
-        let scaled = evs.iter().any(|e| {
-            e.reason.as_deref() == Some("ScalingReplicaSet")
-                && e.message.as_deref() == Some(&format!("Scaled up replica set web-{hash} from 0 to 3"))
-                && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("deployment-controller")
-        });
-        let created = evs.iter().filter(|e| e.reason.as_deref() == Some("SuccessfulCreate")).count();
-        (scaled && created == 3).then_some(())
-    })
+    wait_for(
+        "ScalingReplicaSet and SuccessfulCreate events",
+        T,
+        || async {
+            let evs = events.list(&ListParams::default()).await.ok()?.items;
+            let scaled = evs.iter().any(|e| {
+                e.reason.as_deref() == Some("ScalingReplicaSet")
+                    && e.message.as_deref()
+                        == Some(&format!("Scaled up replica set web-{hash} from 0 to 3"))
+                    && e.source.as_ref().and_then(|s| s.component.as_deref())
+                        == Some("deployment-controller")
+            });
+            let created = evs
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("SuccessfulCreate"))
+                .count();
+            (scaled && created == 3).then_some(())
+        },
+    )
     .await;
 }
 
@@ -87,14 +157,30 @@ async fn scaling_up_and_down() {
     let env = Env::start().await;
     let (_cm, _) = env.start_cm(env.cm_config()).await;
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
-    deploys.create(&deployment("s", 3, "nginx", 1, 0)).await.unwrap();
-    wait_for("3 pods", T, || async { (live_pods(&env.client, "default", "app=s").await.len() == 3).then_some(()) }).await;
+    deploys
+        .create(&deployment("s", 3, "nginx", 1, 0))
+        .await
+        .unwrap();
+    wait_for("3 pods", T, || async {
+        (live_pods(&env.client, "default", "app=s").await.len() == 3).then_some(())
+    })
+    .await;
     for n in [10, 2] {
-        deploys.patch("s", &Patch::Merge(json!({"spec": {"replicas": n}}))).await.unwrap();
+        deploys
+            .patch("s", &Patch::Merge(json!({"spec": {"replicas": n}})))
+            .await
+            .unwrap();
         wait_for(&format!("{n} pods"), T, || async {
             let rs: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
-            let settled = rs.list(&ListParams::default()).await.ok()?.items.iter().all(|r| r.status.as_ref().map(|s| s.replicas) == Some(n));
-            (live_pods(&env.client, "default", "app=s").await.len() == n as usize && settled).then_some(())
+            let settled = rs
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .all(|r| r.status.as_ref().map(|s| s.replicas) == Some(n));
+            (live_pods(&env.client, "default", "app=s").await.len() == n as usize && settled)
+                .then_some(())
         })
         .await;
     }
@@ -106,16 +192,33 @@ async fn scaling_up_and_down() {
 }
 
 /// Watches pods of `app` and checks the rollout bounds on every event.
-fn check_bounds(env: &Env, app: &str, max_total: usize, min_ready: usize) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+fn check_bounds(
+    env: &Env,
+    app: &str,
+    max_total: usize,
+    min_ready: usize,
+) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
     let violations = Arc::new(Mutex::new(Vec::new()));
     let v = violations.clone();
     let api: Api<Pod> = Api::namespaced(&env.client, "default");
     let labels = format!("app={app}");
     let task = tokio::spawn(async move {
-        let list = api.list(&ListParams::default().labels(&labels)).await.unwrap();
+        let list = api
+            .list(&ListParams::default().labels(&labels))
+            .await
+            .unwrap();
         let rv = list.metadata.resource_version.clone().unwrap();
-        let mut pods: HashMap<String, Pod> = list.items.into_iter().map(|p| (p.metadata.name.clone().unwrap(), p)).collect();
-        let lp = ListParams { resource_version: Some(rv), timeout_seconds: Some(120), ..Default::default() }.labels(&labels);
+        let mut pods: HashMap<String, Pod> = list
+            .items
+            .into_iter()
+            .map(|p| (p.metadata.name.clone().unwrap(), p))
+            .collect();
+        let lp = ListParams {
+            resource_version: Some(rv),
+            timeout_seconds: Some(120),
+            ..Default::default()
+        }
+        .labels(&labels);
         let mut stream = Box::pin(api.watch(&lp).await.unwrap());
         while let Some(Ok(ev)) = stream.next().await {
             match ev {
@@ -127,16 +230,28 @@ fn check_bounds(env: &Env, app: &str, max_total: usize, min_ready: usize) -> (Ar
                 }
                 _ => continue,
             }
-            let live: Vec<&Pod> = pods.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            let live: Vec<&Pod> = pods
+                .values()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
             let ready = live
                 .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
                 .count();
             if live.len() > max_total {
-                v.lock().unwrap().push(format!("{} pods > {max_total}", live.len()));
+                v.lock()
+                    .unwrap()
+                    .push(format!("{} pods > {max_total}", live.len()));
             }
             if ready < min_ready {
-                v.lock().unwrap().push(format!("{ready} ready < {min_ready}"));
+                v.lock()
+                    .unwrap()
+                    .push(format!("{ready} ready < {min_ready}"));
             }
         }
     });
@@ -149,49 +264,88 @@ async fn rolling_update_holds_its_bounds_and_rollback_reuses_the_old_replicaset(
     let (_cm, _) = env.start_cm(env.cm_config()).await;
     let _kubelet = env.fake_kubelet("default");
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
-    deploys.create(&deployment("r", 4, "nginx:1.14.2", 1, 1)).await.unwrap();
+    deploys
+        .create(&deployment("r", 4, "nginx:1.14.2", 1, 1))
+        .await
+        .unwrap();
     wait_for("4 ready pods", T, || async {
         let d = deploys.get("r").await.ok()?;
         (d.status?.available_replicas == Some(4)).then_some(())
     })
     .await;
     let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
-    let first = rs_api.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
+    let first = rs_api.list(&ListParams::default()).await.unwrap().items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
 
     // maxSurge 1, maxUnavailable 1: never more than 5 pods, never fewer than 3 ready.
     let (violations, watcher) = check_bounds(&env, "r", 5, 3);
-    let set_image = |img: &str| Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": img}]}}}}));
-    deploys.patch("r", &set_image("nginx:1.16.1")).await.unwrap();
+    let set_image = |img: &str| {
+        Patch::Strategic(
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": img}]}}}}),
+        )
+    };
+    deploys
+        .patch("r", &set_image("nginx:1.16.1"))
+        .await
+        .unwrap();
     let done = |img: &'static str| {
         let env = &env;
         let deploys = deploys.clone();
         move || {
             let deploys = deploys.clone();
             async move {
-            let d = deploys.get("r").await.ok()?;
-            let s = d.status.clone()?;
-            let pods = live_pods(&env.client, "default", "app=r").await;
-            let complete = s.updated_replicas == Some(4) && s.replicas == Some(4) && s.available_replicas == Some(4)
-                && s.observed_generation == d.metadata.generation;
-            (complete && pods.len() == 4 && pods.iter().all(|p| image_of(p) == img)).then_some(d)
+                let d = deploys.get("r").await.ok()?;
+                let s = d.status.clone()?;
+                let pods = live_pods(&env.client, "default", "app=r").await;
+                let complete = s.updated_replicas == Some(4)
+                    && s.replicas == Some(4)
+                    && s.available_replicas == Some(4)
+                    && s.observed_generation == d.metadata.generation;
+                (complete && pods.len() == 4 && pods.iter().all(|p| image_of(p) == img))
+                    .then_some(d)
             }
         }
     };
     let d = wait_for("rollout to 1.16.1", T, done("nginx:1.16.1")).await;
-    assert_eq!(d.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"], "2");
+    assert_eq!(
+        d.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"],
+        "2"
+    );
     let sets = rs_api.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(sets.len(), 2);
-    let old = sets.iter().find(|s| s.metadata.name.as_deref() == Some(&first)).unwrap();
+    let old = sets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(&first))
+        .unwrap();
     assert_eq!(old.spec.as_ref().unwrap().replicas, Some(0));
 
     // Rollback: the template goes back; the first ReplicaSet is reused as revision 3.
-    deploys.patch("r", &set_image("nginx:1.14.2")).await.unwrap();
+    deploys
+        .patch("r", &set_image("nginx:1.14.2"))
+        .await
+        .unwrap();
     wait_for("rollback to 1.14.2", T, done("nginx:1.14.2")).await;
     let sets = rs_api.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(sets.len(), 2, "no third ReplicaSet: {:?}", sets.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>());
-    let reused = sets.iter().find(|s| s.metadata.name.as_deref() == Some(&first)).unwrap();
+    assert_eq!(
+        sets.len(),
+        2,
+        "no third ReplicaSet: {:?}",
+        sets.iter()
+            .map(|s| s.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    let reused = sets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(&first))
+        .unwrap();
     assert_eq!(reused.spec.as_ref().unwrap().replicas, Some(4));
-    assert_eq!(reused.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"], "3");
+    assert_eq!(
+        reused.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"],
+        "3"
+    );
     watcher.abort();
     let v = violations.lock().unwrap();
     assert!(v.is_empty(), "rollout bounds violated: {v:?}");
@@ -204,46 +358,89 @@ async fn cascading_deletion_background_foreground_and_orphan() {
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
     let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
     for name in ["bg", "fg", "or"] {
-        deploys.create(&deployment(name, 2, "nginx", 1, 0)).await.unwrap();
+        deploys
+            .create(&deployment(name, 2, "nginx", 1, 0))
+            .await
+            .unwrap();
     }
     for name in ["bg", "fg", "or"] {
-        wait_for("2 pods", T, || async { (live_pods(&env.client, "default", &format!("app={name}")).await.len() == 2).then_some(()) }).await;
+        wait_for("2 pods", T, || async {
+            (live_pods(&env.client, "default", &format!("app={name}"))
+                .await
+                .len()
+                == 2)
+                .then_some(())
+        })
+        .await;
     }
     let sets_of = |app: &'static str| {
         let rs_api = rs_api.clone();
-        async move { rs_api.list(&ListParams::default().labels(&format!("app={app}"))).await.unwrap().items }
+        async move {
+            rs_api
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await
+                .unwrap()
+                .items
+        }
     };
 
     // Background: the Deployment goes at once, the GC removes the ReplicaSet and the pods.
-    deploys.delete("bg", &DeleteParams::default()).await.unwrap();
+    deploys
+        .delete("bg", &DeleteParams::default())
+        .await
+        .unwrap();
     wait_for("bg dependents gone", T, || async {
-        (sets_of("bg").await.is_empty() && live_pods(&env.client, "default", "app=bg").await.is_empty()).then_some(())
+        (sets_of("bg").await.is_empty()
+            && live_pods(&env.client, "default", "app=bg").await.is_empty())
+        .then_some(())
     })
     .await;
 
     // Foreground: the Deployment stays (finalizer) until its dependents are gone.
-    deploys.delete("fg", &DeleteParams::default().propagation("Foreground")).await.unwrap();
+    deploys
+        .delete("fg", &DeleteParams::default().propagation("Foreground"))
+        .await
+        .unwrap();
     let d = deploys.get_opt("fg").await.unwrap();
     if let Some(d) = d {
-        assert!(d.metadata.finalizers.unwrap_or_default().contains(&"foregroundDeletion".to_string()));
+        assert!(d
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"foregroundDeletion".to_string()));
     }
     wait_for("fg deployment gone after its dependents", T, || async {
         let gone = deploys.get_opt("fg").await.ok()?.is_none();
         if !gone {
             return None;
         }
-        assert!(sets_of("fg").await.is_empty(), "owner went before its ReplicaSet");
+        assert!(
+            sets_of("fg").await.is_empty(),
+            "owner went before its ReplicaSet"
+        );
         Some(())
     })
     .await;
     assert!(live_pods(&env.client, "default", "app=fg").await.is_empty());
 
     // Orphan: the ReplicaSet and pods stay, without the owner reference.
-    deploys.delete("or", &DeleteParams::default().propagation("Orphan")).await.unwrap();
-    wait_for("or deployment gone", T, || async { deploys.get_opt("or").await.ok()?.is_none().then_some(()) }).await;
+    deploys
+        .delete("or", &DeleteParams::default().propagation("Orphan"))
+        .await
+        .unwrap();
+    wait_for("or deployment gone", T, || async {
+        deploys.get_opt("or").await.ok()?.is_none().then_some(())
+    })
+    .await;
     let sets = wait_for("orphaned ReplicaSet", T, || async {
         let s = sets_of("or").await;
-        (s.len() == 1 && s[0].metadata.owner_references.as_ref().is_none_or(|r| r.is_empty())).then_some(s)
+        (s.len() == 1
+            && s[0]
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_none_or(|r| r.is_empty()))
+        .then_some(s)
     })
     .await;
     assert_eq!(sets[0].spec.as_ref().unwrap().replicas, Some(2));
@@ -255,11 +452,20 @@ async fn restarted_controller_manager_creates_no_duplicates() {
     let env = Env::start().await;
     let (cm, _) = env.start_cm(env.cm_config()).await;
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
-    deploys.create(&deployment("k", 5, "nginx", 1, 0)).await.unwrap();
-    wait_for("5 pods", T, || async { (live_pods(&env.client, "default", "app=k").await.len() == 5).then_some(()) }).await;
+    deploys
+        .create(&deployment("k", 5, "nginx", 1, 0))
+        .await
+        .unwrap();
+    wait_for("5 pods", T, || async {
+        (live_pods(&env.client, "default", "app=k").await.len() == 5).then_some(())
+    })
+    .await;
     cm.cancel();
     let (_cm2, _) = env.start_cm(env.cm_config()).await;
-    deploys.patch("k", &Patch::Merge(json!({"spec": {"replicas": 6}}))).await.unwrap();
+    deploys
+        .patch("k", &Patch::Merge(json!({"spec": {"replicas": 6}})))
+        .await
+        .unwrap();
     let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
     wait_for("6 pods, status settled", T, || async {
         let sets = rs_api.list(&ListParams::default()).await.ok()?.items;
@@ -275,12 +481,32 @@ async fn deleting_a_namespace_empties_and_removes_it() {
     let env = Env::start().await;
     let (_cm, _) = env.start_cm(env.cm_config()).await;
     let ns_api: Api<Namespace> = Api::all(&env.client);
-    ns_api.create(&serde_json::from_value(json!({"metadata": {"name": "doomed"}})).unwrap()).await.unwrap();
+    ns_api
+        .create(&serde_json::from_value(json!({"metadata": {"name": "doomed"}})).unwrap())
+        .await
+        .unwrap();
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "doomed");
-    deploys.create(&deployment("x", 2, "nginx", 1, 0)).await.unwrap();
-    wait_for("2 pods", T, || async { (live_pods(&env.client, "doomed", "app=x").await.len() == 2).then_some(()) }).await;
-    ns_api.delete("doomed", &DeleteParams::default()).await.unwrap();
-    wait_for("namespace gone", T, || async { ns_api.get_opt("doomed").await.ok()?.is_none().then_some(()) }).await;
+    deploys
+        .create(&deployment("x", 2, "nginx", 1, 0))
+        .await
+        .unwrap();
+    wait_for("2 pods", T, || async {
+        (live_pods(&env.client, "doomed", "app=x").await.len() == 2).then_some(())
+    })
+    .await;
+    ns_api
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("namespace gone", T, || async {
+        ns_api.get_opt("doomed").await.ok()?.is_none().then_some(())
+    })
+    .await;
     let pods: Api<Pod> = Api::namespaced(&env.client, "doomed");
-    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert!(pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
 }

@@ -36,7 +36,14 @@ pub async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, Shutd
     wait_for("apiserver ready", Duration::from_secs(30), || {
         let http = http.clone();
         let url = format!("{base}/readyz");
-        async move { http.get(url).send().await.ok().filter(|r| r.status() == 200).map(|_| ()) }
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status() == 200)
+                .map(|_| ())
+        }
     })
     .await;
     (base, stop)
@@ -91,7 +98,14 @@ impl Env {
         wait_for("restarted apiserver ready", Duration::from_secs(30), || {
             let http = http.clone();
             let url = format!("{base}/readyz");
-            async move { http.get(url).send().await.ok().filter(|r| r.status() == 200).map(|_| ()) }
+            async move {
+                http.get(url)
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status() == 200)
+                    .map(|_| ())
+            }
         })
         .await;
     }
@@ -121,14 +135,17 @@ impl Env {
             while !s.is_cancelled() {
                 if let Ok(list) = api.list(&ListParams::default()).await {
                     for p in list.items {
-                        let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                        let running =
+                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
                         if running || p.metadata.deletion_timestamp.is_some() {
                             continue;
                         }
                         let now = rkube_client::now().to_rfc3339();
                         let patch = json!({"status": {"phase": "Running", "conditions": [
                             {"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
-                        let _ = api.patch_status(p.metadata.name.as_deref().unwrap(), &Patch::Merge(patch)).await;
+                        let _ = api
+                            .patch_status(p.metadata.name.as_deref().unwrap(), &Patch::Merge(patch))
+                            .await;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await; // polling interval
@@ -149,7 +166,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await; // polling interval
     }
 }
@@ -166,7 +186,13 @@ pub async fn live_pods(client: &Client, ns: &str, labels: &str) -> Vec<Pod> {
         .collect()
 }
 
-pub fn deployment(name: &str, replicas: i32, image: &str, surge: i32, unavailable: i32) -> k8s_openapi::api::apps::v1::Deployment {
+pub fn deployment(
+    name: &str,
+    replicas: i32,
+    image: &str,
+    surge: i32,
+    unavailable: i32,
+) -> k8s_openapi::api::apps::v1::Deployment {
     serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name},

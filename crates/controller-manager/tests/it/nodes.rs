@@ -24,7 +24,10 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
     nodes.create(&node).await.unwrap();
     let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
         "lastHeartbeatTime": now(), "lastTransitionTime": now()}]}});
-    nodes.patch_status("n1", &Patch::Merge(ready.clone())).await.unwrap();
+    nodes
+        .patch_status("n1", &Patch::Merge(ready.clone()))
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(&env.client, "default");
     let pod = |name: &str, secs: i64| -> Pod {
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": "n1",
@@ -38,30 +41,73 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
     // No heartbeat: Unknown, then tainted.
     let n = wait_for("n1 Unknown and tainted", T, || async {
         let n = nodes.get("n1").await.ok()?;
-        let ready = n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")?.clone();
+        let ready = n
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .clone();
         let taints = n.spec.as_ref()?.taints.clone().unwrap_or_default();
         (ready.status == "Unknown" && taints.len() == 2).then_some(n)
     })
     .await;
     let conds = n.status.unwrap().conditions.unwrap();
-    assert_eq!(conds.iter().find(|c| c.type_ == "Ready").unwrap().reason.as_deref(), Some("NodeStatusUnknown"));
+    assert_eq!(
+        conds
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("NodeStatusUnknown")
+    );
     let taints = n.spec.unwrap().taints.unwrap();
-    assert!(taints.iter().all(|t| t.key == "node.kubernetes.io/unreachable"));
-    assert!(taints.iter().any(|t| t.effect == "NoExecute") && taints.iter().any(|t| t.effect == "NoSchedule"));
+    assert!(taints
+        .iter()
+        .all(|t| t.key == "node.kubernetes.io/unreachable"));
+    assert!(
+        taints.iter().any(|t| t.effect == "NoExecute")
+            && taints.iter().any(|t| t.effect == "NoSchedule")
+    );
 
     // The pod tolerating 1 s is evicted (graceful: it is bound); the one tolerating an hour stays.
     wait_for("short evicted", T, || async {
-        pods.get("short").await.ok()?.metadata.deletion_timestamp.map(|_| ())
+        pods.get("short")
+            .await
+            .ok()?
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
     })
     .await;
-    assert!(pods.get("long").await.unwrap().metadata.deletion_timestamp.is_none());
+    assert!(pods
+        .get("long")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none());
 
     // The kubelet is back: Ready again, taints removed.
-    nodes.patch_status("n1", &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-        "reason": "KubeletReady", "lastHeartbeatTime": now(), "lastTransitionTime": now()}]}}))).await.unwrap();
+    nodes
+        .patch_status(
+            "n1",
+            &Patch::Merge(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "reason": "KubeletReady", "lastHeartbeatTime": now(), "lastTransitionTime": now()}]}}),
+            ),
+        )
+        .await
+        .unwrap();
     wait_for("taints removed", T, || async {
         let n = nodes.get("n1").await.ok()?;
-        n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| t.is_empty()).then_some(())
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_none_or(|t| t.is_empty())
+            .then_some(())
     })
     .await;
 }
