@@ -46,6 +46,24 @@ impl TokenBucket {
         }
     }
 
+    /// Takes a token if one is there now; never goes into debt.
+    pub fn try_take(&self) -> bool {
+        if self.unlimited() {
+            return true;
+        }
+        let mut st = self.state.lock().unwrap();
+        let now = Instant::now();
+        let (tokens, last) = *st;
+        let tokens = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
+        if tokens >= 1.0 {
+            *st = (tokens - 1.0, now);
+            true
+        } else {
+            *st = (tokens, now);
+            false
+        }
+    }
+
     /// Waits for a token.
     pub async fn acquire(&self) {
         let d = self.reserve();
@@ -70,6 +88,20 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         // 10 tokens accrued over the 2 owed, capped at the burst of 3.
         assert_eq!(b.reserve(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_take_never_borrows() {
+        let b = TokenBucket::new(1.0, 2);
+        assert!(b.try_take() && b.try_take());
+        assert!(!b.try_take());
+        assert!(!b.try_take());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            b.try_take(),
+            "one second refills one token despite the refusals"
+        );
+        assert!(!b.try_take());
     }
 
     #[test]

@@ -68,8 +68,16 @@ async fn reflector_resumes_after_apiserver_restart_without_relisting() {
     stop.cancel();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_filtered_watch_relists_without_bookmarks_and_not_with_them() {
+/// An informer on an idle node's pods (`spec.nodeName=idle`) while other pods churn, on an
+/// apiserver whose history window is shorter than a watch's lifetime.
+async fn idle_watch(
+    bookmarks: bool,
+) -> (
+    Env,
+    ShutdownToken,
+    Arc<Stats>,
+    Arc<std::sync::Mutex<String>>,
+) {
     let env = Env::start_with(|c| {
         // Longer than the 2 s between a watch's last bookmark and its deadline, shorter than
         // the watch timeouts (3-6 s): a watch without bookmarks always falls out of history.
@@ -79,67 +87,69 @@ async fn idle_filtered_watch_relists_without_bookmarks_and_not_with_them() {
     })
     .await;
     let stop = ShutdownToken::new();
-    let idle = ListParams::default().fields("spec.nodeName=idle");
-    let start = |bookmarks: bool| {
-        let opts = Options {
-            min_watch_timeout: Duration::from_secs(3),
-            bookmarks,
-            ..Default::default()
-        };
-        let inf = Informer::with_options(Api::<Pod>::all(&env.client), idle.clone(), opts);
-        let stats = inf.stats();
-        let rv = inf.last_rv();
-        let store = inf.spawn(stop.clone());
-        (stats, rv, store)
+    let opts = Options {
+        min_watch_timeout: Duration::from_secs(3),
+        bookmarks,
+        ..Default::default()
     };
-    let (with, with_rv, with_store) = start(true);
-    let (without, _, without_store) = start(false);
-    with_store.wait_synced().await;
-    without_store.wait_synced().await;
-    let first_rv: u64 = with_rv.lock().unwrap().parse().expect("list RV");
+    let inf = Informer::with_options(
+        Api::<Pod>::all(&env.client),
+        ListParams::default().fields("spec.nodeName=idle"),
+        opts,
+    );
+    let stats = inf.stats();
+    let rv = inf.last_rv();
+    inf.spawn(stop.clone()).wait_synced().await;
+    (env, stop, stats, rv)
+}
 
-    // Other nodes churn until the watch without bookmarks has had to re-list.
+/// Creates a pod on another node per poll until `done`.
+async fn churn_until(env: &Env, what: &str, done: impl Fn() -> bool) {
     let pods: Api<Pod> = Api::namespaced(&env.client, "default");
     let mut i = 0;
-    wait_for("a re-list without bookmarks", T, || {
+    wait_for(what, T, || {
         i += 1;
         let pods = pods.clone();
-        let without = without.clone();
+        let finished = done();
         async move {
             pods.create(&pod(&format!("busy-{i}"), "busy"))
                 .await
                 .unwrap();
-            (n(&without.relists) >= 1).then_some(())
+            finished.then_some(())
         }
     })
     .await;
-    // Let the bookmarked watch go through two more reconnects over the churned history.
-    let w = n(&with.watches);
-    wait_for("two more watches with bookmarks", T, || {
-        i += 1;
-        let pods = pods.clone();
-        let with = with.clone();
-        async move {
-            pods.create(&pod(&format!("busy-{i}"), "busy"))
-                .await
-                .unwrap();
-            (n(&with.watches) >= w + 2).then_some(())
-        }
-    })
-    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_filtered_watch_with_bookmarks_never_relists() {
+    let (env, stop, stats, rv) = idle_watch(true).await;
+    let first: u64 = rv.lock().unwrap().parse().expect("list RV");
+    // Three watches over a churning history that expires behind them.
+    churn_until(&env, "three watches", || n(&stats.watches) >= 3).await;
     assert_eq!(
-        n(&with.relists),
+        n(&stats.relists),
         0,
-        "bookmarks kept the idle watch's resourceVersion fresh: {with:?}"
+        "bookmarks kept the idle watch's resourceVersion fresh: {stats:?}"
     );
-    assert!(n(&with.bookmarks) >= 1);
-    assert_eq!(n(&with.events), 0, "nothing happened on the idle node");
-    let last: u64 = with_rv.lock().unwrap().parse().unwrap();
-    assert!(
-        last > first_rv,
-        "bookmarks advanced the RV: {first_rv} -> {last}"
-    );
-    assert!(n(&without.relists) >= 1);
+    assert!(n(&stats.bookmarks) >= 1);
+    assert_eq!(n(&stats.events), 0, "nothing happened on the idle node");
+    let last: u64 = rv.lock().unwrap().parse().unwrap();
+    assert!(last > first, "bookmarks advanced the RV: {first} -> {last}");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_filtered_watch_without_bookmarks_relists_exactly_once_per_expiry() {
+    let (env, stop, stats, _) = idle_watch(false).await;
+    churn_until(&env, "a re-list", || n(&stats.relists) >= 1).await;
+    // Quiet again: the re-listed RV is current, so later watches resume without listing.
+    let w = n(&stats.watches);
+    wait_for("two more watches", T, || async {
+        (n(&stats.watches) >= w + 2).then_some(())
+    })
+    .await;
+    assert_eq!(n(&stats.relists), 1, "{stats:?}");
     stop.cancel();
 }
 
