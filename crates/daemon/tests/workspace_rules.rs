@@ -113,6 +113,10 @@ fn crate_dependency_rules_hold() {
             "rkube-kubelet-agent",
         ],
     ));
+    // Test support is for tests only.
+    for (pkg, _) in deps.iter() {
+        violations.extend(forbid(&deps, pkg, &["rkube-testkit"]));
+    }
     // Benchmarks drive servers over HTTP too.
     violations.extend(forbid(
         &deps,

@@ -15,7 +15,7 @@ use rkube_client::{Api, Informer, ListParams, Patch, Stats};
 use rkube_daemon::ShutdownToken;
 use serde_json::json;
 
-use crate::harness::{deployment, live_pods, wait_for, Env};
+use crate::harness::{deployment, live_pods, wait_for, CmEnv, Env};
 
 const T: Duration = Duration::from_secs(30);
 

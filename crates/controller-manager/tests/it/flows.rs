@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use rkube_client::{Api, DeleteParams, ListParams, Patch, WatchEvent};
 use serde_json::json;
 
-use crate::harness::{deployment, live_pods, wait_for, Env};
+use crate::harness::{deployment, live_pods, wait_for, CmEnv, Env};
 
 const T: Duration = Duration::from_secs(30);
 

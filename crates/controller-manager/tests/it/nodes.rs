@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use rkube_client::{Api, Patch};
 use serde_json::json;
 
-use crate::harness::{wait_for, Env};
+use crate::harness::{wait_for, CmEnv, Env};
 
 const T: Duration = Duration::from_secs(30);
 
