@@ -32,8 +32,14 @@ pub async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, Shutd
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = ShutdownToken::new();
     tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
+    wait_ready(&base).await;
+    (base, stop)
+}
+
+/// Waits until `<base>/readyz` answers 200.
+pub async fn wait_ready(base: &str) {
     let http = reqwest::Client::new();
-    wait_for("apiserver ready", Duration::from_secs(30), || {
+    wait_for(&format!("{base} ready"), Duration::from_secs(30), || {
         let http = http.clone();
         let url = format!("{base}/readyz");
         async move {
@@ -46,7 +52,6 @@ pub async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, Shutd
         }
     })
     .await;
-    (base, stop)
 }
 
 impl Env {
@@ -93,21 +98,7 @@ impl Env {
         let stop = ShutdownToken::new();
         tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
         self.api_stop = stop;
-        let http = reqwest::Client::new();
-        let base = self.base.clone();
-        wait_for("restarted apiserver ready", Duration::from_secs(30), || {
-            let http = http.clone();
-            let url = format!("{base}/readyz");
-            async move {
-                http.get(url)
-                    .send()
-                    .await
-                    .ok()
-                    .filter(|r| r.status() == 200)
-                    .map(|_| ())
-            }
-        })
-        .await;
+        wait_ready(&self.base).await;
     }
 
     /// A fake kubelet: every pod in `ns` that is not yet Running gets phase Running and
