@@ -10,10 +10,12 @@ pub mod fields;
 pub mod meta;
 pub mod options;
 pub mod patch;
+pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod status;
 pub mod strategic;
+pub mod taints;
 pub mod validation;
 
 pub use fields::FieldSelector;

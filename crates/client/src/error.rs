@@ -15,6 +15,9 @@ pub enum Error {
     Decode(String),
     #[error("config: {0}")]
     Config(String),
+    /// Leadership was lost (renewal failed past the renew deadline).
+    #[error("leader election lost")]
+    LeaderLost,
 }
 
 impl Error {

@@ -219,3 +219,52 @@ impl LeaderElector {
         }
     }
 }
+
+/// How a component runs: a client for `config`, then `lead(client, token)` directly when
+/// `settings` is `None`, else once elected (see `LeaderElector::run`). Losing leadership is an
+/// error: the process should exit and campaign again.
+pub async fn run_component<F, Fut>(
+    config: &crate::Config,
+    settings: Option<Settings>,
+    shutdown: CancellationToken,
+    lead: F,
+) -> Result<(), Error>
+where
+    F: FnOnce(Client, CancellationToken) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let client = Client::new(config.clone())?;
+    match settings {
+        None => {
+            lead(client, shutdown).await;
+            Ok(())
+        }
+        Some(s) => {
+            let c = client.clone();
+            match LeaderElector::new(&client, s)
+                .run(shutdown, move |t| lead(c, t))
+                .await
+            {
+                Ended::Shutdown => Ok(()),
+                Ended::Lost => Err(Error::LeaderLost),
+            }
+        }
+    }
+}
+
+impl Settings {
+    /// `name`'s lease with the given timing (the `--leader-elect-*` flags).
+    pub fn timed(
+        name: &str,
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Self {
+        Settings {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+            ..Settings::new(name)
+        }
+    }
+}

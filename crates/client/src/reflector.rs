@@ -54,10 +54,41 @@ pub struct Stats {
     pub errors: AtomicU64,
 }
 
+/// A counter's metric name, help text and reader.
+pub type Series = (&'static str, &'static str, fn(&Stats) -> u64);
+
 impl Stats {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
+
+    /// Every counter as a metric, for components to export (labelled by resource).
+    pub const SERIES: [Series; 6] = [
+        (
+            "reflector_lists_total",
+            "Lists done by the reflector, the first included.",
+            |s| Self::get(&s.lists),
+        ),
+        (
+            "reflector_relists_total",
+            "Lists after the first (re-lists).",
+            |s| Self::get(&s.relists),
+        ),
+        (
+            "reflector_watches_total",
+            "Watch requests opened by the reflector.",
+            |s| Self::get(&s.watches),
+        ),
+        ("reflector_bookmarks_total", "Bookmarks received.", |s| {
+            Self::get(&s.bookmarks)
+        }),
+        ("reflector_events_total", "Watch events received.", |s| {
+            Self::get(&s.events)
+        }),
+        ("reflector_errors_total", "Failed lists and watches.", |s| {
+            Self::get(&s.errors)
+        }),
+    ];
 }
 
 fn bump(c: &AtomicU64) {

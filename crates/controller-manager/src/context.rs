@@ -44,34 +44,11 @@ fn informer<K: rkube_client::Resource>(
 
 /// Exports a reflector's counters under `resource`.
 pub fn export(metrics: &Registry, resource: &str, stats: Arc<Stats>) {
-    use std::sync::atomic::AtomicU64;
-    let l = [("resource", resource)];
-    let series: [(&str, &str, fn(&Stats) -> &AtomicU64); 5] = [
-        (
-            "reflector_lists_total",
-            "Lists done by the reflector, the first included.",
-            |s| &s.lists,
-        ),
-        (
-            "reflector_relists_total",
-            "Lists after the first (re-lists).",
-            |s| &s.relists,
-        ),
-        (
-            "reflector_watches_total",
-            "Watch requests opened by the reflector.",
-            |s| &s.watches,
-        ),
-        ("reflector_bookmarks_total", "Bookmarks received.", |s| {
-            &s.bookmarks
-        }),
-        ("reflector_events_total", "Watch events received.", |s| {
-            &s.events
-        }),
-    ];
-    for (name, help, get) in series {
+    for (name, help, get) in Stats::SERIES {
         let st = stats.clone();
-        metrics.gauge_fn(name, help, &l, move || Stats::get(get(&st)) as f64);
+        metrics.gauge_fn(name, help, &[("resource", resource)], move || {
+            get(&st) as f64
+        });
     }
 }
 

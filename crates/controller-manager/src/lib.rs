@@ -13,7 +13,7 @@ pub mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rkube_client::leader::{LeaderElector, Settings};
+use rkube_client::leader::{run_component, Settings};
 use rkube_client::Client;
 use rkube_daemon::health::Ready;
 use rkube_daemon::metrics::Registry;
@@ -33,7 +33,7 @@ pub struct Config {
     pub client: rkube_client::Config,
     /// Controller names; `*` means all, `-name` turns one off.
     pub controllers: Vec<String>,
-    pub leader_elect: bool,
+    /// Leader election on this lease; `None` runs without (`--leader-elect=false`).
     pub leader: Option<Settings>,
     pub deployment_workers: usize,
     pub replicaset_workers: usize,
@@ -47,7 +47,6 @@ impl Config {
         Config {
             client,
             controllers: vec!["*".into()],
-            leader_elect: false,
             leader: None,
             deployment_workers: 5,
             replicaset_workers: 5,
@@ -85,42 +84,20 @@ pub async fn run(
             );
         }
     }
-    let metrics = Registry::new();
-    metrics.gauge_fn(
-        "process_resident_memory_bytes",
-        "Resident memory size in bytes.",
-        &[],
-        || rkube_daemon::metrics::process_rss_bytes() as f64,
-    );
-    let ready = Ready::default();
-    let health =
-        rkube_daemon::health::serve(listener, metrics.clone(), ready.clone(), shutdown.clone());
-    let health = tokio::spawn(health);
-    let client = Client::new(config.client.clone())?;
-    if config.leader_elect {
-        let settings = config
-            .leader
-            .clone()
-            .unwrap_or_else(|| Settings::new("kube-controller-manager"));
-        let elector = LeaderElector::new(&client, settings);
-        let cfg = config.clone();
-        let m = metrics.clone();
-        let r = ready.clone();
-        let ended = elector
-            .run(shutdown.clone(), move |token| async move {
-                run_controllers(cfg, client, m, r, token).await;
-            })
-            .await;
-        shutdown.cancel();
-        let _ = health.await;
-        if ended == rkube_client::leader::Ended::Lost {
-            anyhow::bail!("leader election lost");
-        }
-        return Ok(());
-    }
-    run_controllers(config, client, metrics, ready, shutdown.clone()).await;
-    let _ = health.await;
-    Ok(())
+    let served = rkube_daemon::health::spawn(listener, shutdown.clone());
+    let (metrics, ready) = (served.metrics.clone(), served.ready.clone());
+    let (client, leader) = (config.client.clone(), config.leader.clone());
+    let result = run_component(
+        &client,
+        leader,
+        shutdown.clone(),
+        move |c, token| async move {
+            run_controllers(config, c, metrics, ready, token).await;
+        },
+    )
+    .await;
+    served.stop(&shutdown).await;
+    Ok(result?)
 }
 
 async fn run_controllers(

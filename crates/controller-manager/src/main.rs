@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use rkube_client::ClientFlags;
-use rkube_daemon::GoDuration;
+use rkube_daemon::{GoDuration, LeaderFlags};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -22,14 +22,8 @@ struct Flags {
     /// Controllers to run: `*` for all, `-name` to turn one off.
     #[arg(long, default_value = "*", value_delimiter = ',')]
     controllers: Vec<String>,
-    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    leader_elect: bool,
-    #[arg(long, default_value = "15s")]
-    leader_elect_lease_duration: GoDuration,
-    #[arg(long, default_value = "10s")]
-    leader_elect_renew_deadline: GoDuration,
-    #[arg(long, default_value = "2s")]
-    leader_elect_retry_period: GoDuration,
+    #[command(flatten)]
+    leader: LeaderFlags,
     #[arg(long, default_value_t = 5)]
     concurrent_deployment_syncs: usize,
     #[arg(long, default_value_t = 5)]
@@ -49,12 +43,9 @@ async fn main() -> anyhow::Result<()> {
     let client = f.client.config("rkube-controller-manager")?;
     let mut config = rkube_controller_manager::Config::new(client);
     config.controllers = f.controllers;
-    config.leader_elect = f.leader_elect;
-    let mut leader = rkube_client::leader::Settings::new("kube-controller-manager");
-    leader.lease_duration = f.leader_elect_lease_duration.into();
-    leader.renew_deadline = f.leader_elect_renew_deadline.into();
-    leader.retry_period = f.leader_elect_retry_period.into();
-    config.leader = Some(leader);
+    config.leader = f.leader.timing().map(|(lease, renew, retry)| {
+        rkube_client::leader::Settings::timed("kube-controller-manager", lease, renew, retry)
+    });
     config.deployment_workers = f.concurrent_deployment_syncs;
     config.replicaset_workers = f.concurrent_replicaset_syncs;
     config.gc_workers = f.concurrent_gc_syncs;

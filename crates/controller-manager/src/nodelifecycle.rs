@@ -120,22 +120,6 @@ pub fn desired_taints(n: &Node, now: DateTime<Utc>) -> Option<Vec<Taint>> {
     (out != current).then_some(out)
 }
 
-pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = tol
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == taint.effect);
-    let key_ok = match tol.key.as_deref() {
-        None | Some("") => tol.operator.as_deref() == Some("Exists"),
-        Some(k) => k == taint.key,
-    };
-    let value_ok = match tol.operator.as_deref() {
-        Some("Exists") => true,
-        _ => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-    };
-    effect_ok && key_ok && value_ok
-}
-
 /// When a pod on a node with these taints must go: `None` never, `Some(t)` at `t` (past = now).
 pub fn eviction_time(pod: &Pod, taints: &[Taint], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let tols: Vec<Toleration> = pod
@@ -147,7 +131,10 @@ pub fn eviction_time(pod: &Pod, taints: &[Taint], now: DateTime<Utc>) -> Option<
     let mut any = false;
     for taint in taints.iter().filter(|t| t.effect == "NoExecute") {
         any = true;
-        let matching: Vec<&Toleration> = tols.iter().filter(|t| tolerates(t, taint)).collect();
+        let matching: Vec<&Toleration> = tols
+            .iter()
+            .filter(|t| rkube_api::taints::tolerates(t, taint))
+            .collect();
         if matching.is_empty() {
             return Some(now);
         }

@@ -68,3 +68,36 @@ pub async fn serve(
         .await?;
     Ok(())
 }
+
+/// What every component process starts with: a metrics registry (with the process's RSS), a
+/// readiness flag, and the health/metrics server on `listener` running until `shutdown`.
+pub struct Served {
+    pub metrics: Arc<Registry>,
+    pub ready: Ready,
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    /// Stops the process (cancels `shutdown`) and waits for the server to finish.
+    pub async fn stop(self, shutdown: &ShutdownToken) {
+        shutdown.cancel();
+        let _ = self.task.await;
+    }
+}
+
+pub fn spawn(listener: TcpListener, shutdown: ShutdownToken) -> Served {
+    let metrics = Registry::new();
+    metrics.gauge_fn(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        &[],
+        || crate::metrics::process_rss_bytes() as f64,
+    );
+    let ready = Ready::default();
+    let task = tokio::spawn(serve(listener, metrics.clone(), ready.clone(), shutdown));
+    Served {
+        metrics,
+        ready,
+        task,
+    }
+}

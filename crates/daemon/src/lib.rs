@@ -8,6 +8,38 @@ pub mod metrics;
 pub mod shutdown;
 
 pub use duration::{parse_duration, GoDuration};
+
+/// The leader-election flags of the controller-manager and the scheduler (upstream's names).
+#[derive(clap::Args, Clone, Debug)]
+pub struct LeaderFlags {
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    #[arg(long, default_value = "15s")]
+    pub leader_elect_lease_duration: GoDuration,
+    #[arg(long, default_value = "10s")]
+    pub leader_elect_renew_deadline: GoDuration,
+    #[arg(long, default_value = "2s")]
+    pub leader_elect_retry_period: GoDuration,
+}
+
+impl LeaderFlags {
+    /// (lease duration, renew deadline, retry period) when leader election is on.
+    pub fn timing(
+        &self,
+    ) -> Option<(
+        std::time::Duration,
+        std::time::Duration,
+        std::time::Duration,
+    )> {
+        self.leader_elect.then(|| {
+            (
+                self.leader_elect_lease_duration.into(),
+                self.leader_elect_renew_deadline.into(),
+                self.leader_elect_retry_period.into(),
+            )
+        })
+    }
+}
 pub use shutdown::{shutdown_token, ShutdownToken};
 
 /// Installs the global tracing subscriber. `RUST_LOG` selects levels (default `info`).

@@ -184,3 +184,27 @@ pub fn deployment(
     }))
     .unwrap()
 }
+
+/// The first Event in `ns` that satisfies `pred`, waiting for it.
+pub async fn find_event(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    pred: impl Fn(&k8s_openapi::api::core::v1::Event) -> bool,
+) -> k8s_openapi::api::core::v1::Event {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, ns);
+    let pred = &pred;
+    wait_for(what, Duration::from_secs(30), || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(pred)
+        }
+    })
+    .await
+}

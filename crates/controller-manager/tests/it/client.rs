@@ -158,7 +158,6 @@ async fn only_the_leader_acts_and_a_standby_takes_over_after_a_crash() {
     let env = Env::start().await;
     let cfg = |id: &str| {
         let mut c = env.cm_config();
-        c.leader_elect = true;
         let mut s = rkube_client::leader::Settings::new("kube-controller-manager");
         s.identity = id.into();
         s.lease_duration = Duration::from_secs(3);

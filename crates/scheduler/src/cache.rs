@@ -1,0 +1,199 @@
+//! The scheduler's view of the cluster: per node, its allocatable, what its pods request, the
+//! host ports in use and how many pods of each controller run there. Pods are "assumed" on a
+//! node as soon as the scheduler picks it (before the binding lands) and confirmed or forgotten
+//! afterwards, so the next decision already counts them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::resources::{allocatable, pod_requests, Resources};
+
+/// (protocol, hostIP, hostPort).
+pub type HostPort = (String, String, i32);
+
+#[derive(Clone)]
+pub struct PodEntry {
+    pub node: String,
+    pub requested: Resources,
+    pub nonzero: Resources,
+    pub ports: Vec<HostPort>,
+    pub owner: Option<String>,
+    pub assumed: bool,
+}
+
+pub struct NodeInfo {
+    pub node: Arc<Node>,
+    pub allocatable: Resources,
+    pub requested: Resources,
+    pub nonzero: Resources,
+    pub ports: HashMap<HostPort, usize>,
+    /// Pods per controller UID (for spreading).
+    pub owners: HashMap<String, usize>,
+}
+
+impl NodeInfo {
+    fn new(node: Arc<Node>) -> Self {
+        NodeInfo {
+            allocatable: allocatable(&node),
+            node,
+            requested: Resources::default(),
+            nonzero: Resources::default(),
+            ports: HashMap::new(),
+            owners: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, e: &PodEntry) {
+        self.requested.add(&e.requested);
+        self.nonzero.add(&e.nonzero);
+        for p in &e.ports {
+            *self.ports.entry(p.clone()).or_default() += 1;
+        }
+        if let Some(o) = &e.owner {
+            *self.owners.entry(o.clone()).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, e: &PodEntry) {
+        self.requested.sub(&e.requested);
+        self.nonzero.sub(&e.nonzero);
+        for p in &e.ports {
+            if let Some(n) = self.ports.get_mut(p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ports.remove(p);
+                }
+            }
+        }
+        if let Some(o) = &e.owner {
+            if let Some(n) = self.owners.get_mut(o) {
+                *n -= 1;
+                if *n == 0 {
+                    self.owners.remove(o);
+                }
+            }
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+pub fn host_ports(p: &Pod) -> Vec<HostPort> {
+    p.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.is_some_and(|h| h > 0))
+        .map(|p| {
+            (
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                p.host_ip.clone().unwrap_or_else(|| "0.0.0.0".into()),
+                p.host_port.unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+pub fn controller_uid(p: &Pod) -> Option<String> {
+    p.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+#[derive(Default)]
+pub struct Cache {
+    pub nodes: HashMap<String, NodeInfo>,
+    /// Node names in a stable order, for sampling.
+    pub order: Vec<String>,
+    pods: HashMap<String, PodEntry>,
+    assumed: HashSet<String>,
+}
+
+impl Cache {
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        match self.nodes.get_mut(&name) {
+            Some(info) => {
+                info.allocatable = allocatable(&node);
+                info.node = node;
+            }
+            None => {
+                self.nodes.insert(name.clone(), NodeInfo::new(node));
+                self.order.push(name.clone());
+                // Pods seen before their node.
+                for e in self.pods.values().filter(|e| e.node == name) {
+                    self.nodes.get_mut(&name).expect("inserted").add(e);
+                }
+            }
+        }
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        if self.nodes.remove(name).is_some() {
+            self.order.retain(|n| n != name);
+        }
+    }
+
+    fn entry(p: &Pod, node: &str, assumed: bool) -> PodEntry {
+        let (requested, nonzero) = pod_requests(p);
+        PodEntry {
+            node: node.to_string(),
+            requested,
+            nonzero,
+            ports: host_ports(p),
+            owner: controller_uid(p),
+            assumed,
+        }
+    }
+
+    fn put(&mut self, key: &str, e: PodEntry) {
+        self.remove_pod(key);
+        if let Some(info) = self.nodes.get_mut(&e.node) {
+            info.add(&e);
+        }
+        self.pods.insert(key.to_string(), e);
+    }
+
+    /// A pod bound to a node (from the informer); confirms an assumption.
+    pub fn add_pod(&mut self, key: &str, p: &Pod, node: &str) {
+        self.assumed.remove(key);
+        self.put(key, Self::entry(p, node, false));
+    }
+
+    pub fn remove_pod(&mut self, key: &str) {
+        self.assumed.remove(key);
+        if let Some(e) = self.pods.remove(key) {
+            if let Some(info) = self.nodes.get_mut(&e.node) {
+                info.remove(&e);
+            }
+        }
+    }
+
+    /// Counts `p` on `node` before its binding is confirmed.
+    pub fn assume(&mut self, key: &str, p: &Pod, node: &str) {
+        self.put(key, Self::entry(p, node, true));
+        self.assumed.insert(key.to_string());
+    }
+
+    /// Drops an assumption whose binding failed.
+    pub fn forget(&mut self, key: &str) {
+        if self.assumed.contains(key) {
+            self.remove_pod(key);
+        }
+    }
+
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.assumed.contains(key)
+    }
+
+    pub fn node_of(&self, key: &str) -> Option<&str> {
+        self.pods.get(key).map(|e| e.node.as_str())
+    }
+}

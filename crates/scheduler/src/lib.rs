@@ -1,0 +1,413 @@
+//! rkube-scheduler: takes pending pods (`spec.schedulerName=default-scheduler`, no node) from
+//! a priority queue, filters and scores nodes from its cache, assumes the winner and binds
+//! through `pods/{name}/binding` in the background; unschedulable pods get the `PodScheduled`
+//! condition and a `FailedScheduling` event and wait for a cluster event.
+
+pub mod cache;
+pub mod plugins;
+pub mod queue;
+pub mod resources;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use rand::Rng;
+use rkube_client::events::{object_ref, Recorder};
+use rkube_client::informer::{key_of, split_key, Change};
+use rkube_client::leader::{run_component, Settings};
+use rkube_client::{Api, Client, Informer, ListParams, Patch, Store};
+use rkube_daemon::health::Ready;
+use rkube_daemon::metrics::{Counter, Registry, LATENCY_BUCKETS};
+use rkube_daemon::ShutdownToken;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use cache::Cache;
+use queue::SchedulingQueue;
+
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub client: rkube_client::Config,
+    /// Leader election on this lease; `None` runs without (`--leader-elect=false`).
+    pub leader: Option<Settings>,
+    /// 0: upstream's adaptive percentage.
+    pub percentage_of_nodes_to_score: u32,
+    pub scheduler_name: String,
+}
+
+impl Config {
+    pub fn new(client: rkube_client::Config) -> Self {
+        Config {
+            client,
+            leader: None,
+            percentage_of_nodes_to_score: 0,
+            scheduler_name: DEFAULT_SCHEDULER.into(),
+        }
+    }
+}
+
+/// Serves health and metrics on `listener` and schedules until `shutdown` (or until leadership
+/// is lost, which is an error).
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownToken,
+) -> anyhow::Result<()> {
+    let served = rkube_daemon::health::spawn(listener, shutdown.clone());
+    let (metrics, ready) = (served.metrics.clone(), served.ready.clone());
+    let (client, leader) = (config.client.clone(), config.leader.clone());
+    let result = run_component(
+        &client,
+        leader,
+        shutdown.clone(),
+        move |c, token| async move {
+            Scheduler::new(config, c, metrics).run(ready, token).await;
+        },
+    )
+    .await;
+    served.stop(&shutdown).await;
+    Ok(result?)
+}
+
+struct Metrics {
+    scheduled: Counter,
+    unschedulable: Counter,
+    errors: Counter,
+    attempt: rkube_daemon::metrics::Histogram,
+}
+
+pub struct Scheduler {
+    config: Config,
+    client: Client,
+    metrics: Arc<Registry>,
+    cache: Arc<Mutex<Cache>>,
+    queue: Arc<SchedulingQueue>,
+    next_start: AtomicUsize,
+    m: Metrics,
+}
+
+impl Scheduler {
+    pub fn new(config: Config, client: Client, metrics: Arc<Registry>) -> Arc<Self> {
+        let result = |r: &str| {
+            metrics.counter(
+                "scheduler_schedule_attempts_total",
+                "Scheduling attempts by result.",
+                &[("result", r)],
+            )
+        };
+        let m = Metrics {
+            scheduled: result("scheduled"),
+            unschedulable: result("unschedulable"),
+            errors: result("error"),
+            attempt: metrics.histogram(
+                "scheduler_scheduling_attempt_duration_seconds",
+                "Time to pick a node for one pod (filter + score).",
+                &[],
+                LATENCY_BUCKETS,
+            ),
+        };
+        let queue: Arc<SchedulingQueue> = Arc::default();
+        for (i, q) in ["active", "backoff", "unschedulable"]
+            .into_iter()
+            .enumerate()
+        {
+            let queue = queue.clone();
+            metrics.gauge_fn(
+                "scheduler_pending_pods",
+                "Pending pods by queue.",
+                &[("queue", q)],
+                move || {
+                    let s = queue.sizes();
+                    [s.0, s.1, s.2][i] as f64
+                },
+            );
+        }
+        Arc::new(Scheduler {
+            config,
+            client,
+            metrics,
+            cache: Arc::default(),
+            queue,
+            next_start: AtomicUsize::new(0),
+            m,
+        })
+    }
+
+    fn is_ours(&self, p: &Pod) -> bool {
+        let spec = p.spec.as_ref();
+        let name = spec
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(DEFAULT_SCHEDULER);
+        name == self.config.scheduler_name && p.metadata.deletion_timestamp.is_none()
+    }
+
+    fn node_name(p: &Pod) -> Option<&str> {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    fn on_pod(&self, ch: &Change<Pod>) {
+        match ch {
+            Change::Added(p) | Change::Updated { new: p, .. } => {
+                let key = key_of(&**p);
+                match Self::node_name(p) {
+                    Some(node) => {
+                        self.queue.delete(&key);
+                        self.cache.lock().unwrap().add_pod(&key, p, node);
+                    }
+                    None if self.is_ours(p) => {
+                        let prio = p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+                        self.queue.add(&key, prio);
+                    }
+                    None => self.queue.delete(&key),
+                }
+            }
+            Change::Deleted(p) => {
+                let key = key_of(&**p);
+                self.queue.delete(&key);
+                let assigned = Self::node_name(p).is_some()
+                    || self.cache.lock().unwrap().node_of(&key).is_some();
+                self.cache.lock().unwrap().remove_pod(&key);
+                if assigned {
+                    self.queue.move_all(); // its resources are free again
+                }
+            }
+        }
+    }
+
+    fn on_node(&self, ch: &Change<Node>) {
+        match ch {
+            Change::Added(n) => {
+                self.cache.lock().unwrap().set_node(n.clone());
+                self.queue.move_all();
+            }
+            Change::Updated { old, new } => {
+                self.cache.lock().unwrap().set_node(new.clone());
+                // Only changes that can make a pod fit wake the parked ones.
+                let relevant = old.spec != new.spec
+                    || old.metadata.labels != new.metadata.labels
+                    || scheduling_view(old) != scheduling_view(new);
+                if relevant {
+                    self.queue.move_all();
+                }
+            }
+            Change::Deleted(n) => self
+                .cache
+                .lock()
+                .unwrap()
+                .remove_node(n.metadata.name.as_deref().unwrap_or_default()),
+        }
+    }
+
+    pub async fn run(self: Arc<Self>, ready: Ready, shutdown: ShutdownToken) {
+        let nodes = Informer::new(Api::<Node>::all(&self.client), ListParams::default());
+        let pods = Informer::new(
+            Api::<Pod>::all(&self.client),
+            ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+        );
+        export(&self.metrics, "nodes", nodes.stats());
+        export(&self.metrics, "pods", pods.stats());
+        let me = self.clone();
+        nodes.store().on_change(move |c| me.on_node(c));
+        let me = self.clone();
+        pods.store().on_change(move |c| me.on_pod(c));
+        let nodes = nodes.spawn(shutdown.clone());
+        let pods = pods.spawn(shutdown.clone());
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = async { nodes.wait_synced().await; pods.wait_synced().await } => {}
+        }
+        tracing::info!(nodes = nodes.len(), "caches synced; scheduling");
+        let recorder = Recorder::new(&self.client, DEFAULT_SCHEDULER, None, shutdown.clone());
+        {
+            let q = self.queue.clone();
+            let s = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(500));
+                loop {
+                    tokio::select! {
+                        _ = s.cancelled() => { q.close(); return; }
+                        _ = tick.tick() => q.flush(),
+                    }
+                }
+            });
+        }
+        ready.set(true);
+        while let Some((key, cycle)) = self.queue.pop().await {
+            self.schedule_one(&pods, &recorder, &key, cycle).await;
+        }
+        ready.set(false);
+    }
+
+    /// Picks a node for `p`, or returns the reasons per node.
+    pub fn pick(&self, p: &Pod) -> Result<String, String> {
+        let (req, nonzero) = plugins::requests(p);
+        let cache = self.cache.lock().unwrap();
+        let total = cache.order.len();
+        if total == 0 {
+            return Err("0/0 nodes are available: no nodes available to schedule pods.".into());
+        }
+        let want = plugins::nodes_to_find(total, self.config.percentage_of_nodes_to_score);
+        let start = self.next_start.load(Ordering::Relaxed) % total;
+        let mut feasible = Vec::new();
+        let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+        let mut checked = 0;
+        for i in 0..total {
+            let name = &cache.order[(start + i) % total];
+            let info = &cache.nodes[name];
+            checked += 1;
+            match plugins::filter(p, info, &req) {
+                Ok(()) => {
+                    feasible.push(info);
+                    if feasible.len() >= want {
+                        break;
+                    }
+                }
+                Err(rs) => {
+                    for r in rs {
+                        *reasons.entry(r).or_default() += 1;
+                    }
+                }
+            }
+        }
+        self.next_start
+            .store((start + checked) % total, Ordering::Relaxed);
+        if feasible.is_empty() {
+            return Err(plugins::fit_error(total, &reasons));
+        }
+        let raws: Vec<plugins::Raw> = feasible
+            .iter()
+            .map(|info| plugins::raw_scores(p, info, &nonzero))
+            .collect();
+        let totals = plugins::totals(&raws);
+        let best = *totals.iter().max().expect("non-empty");
+        let top: Vec<usize> = (0..totals.len()).filter(|i| totals[*i] == best).collect();
+        let i = top[rand::thread_rng().gen_range(0..top.len())];
+        Ok(feasible[i].name().to_string())
+    }
+
+    async fn schedule_one(
+        self: &Arc<Self>,
+        pods: &Arc<Store<Pod>>,
+        recorder: &Recorder,
+        key: &str,
+        cycle: u64,
+    ) {
+        let Some(pod) = pods.get(key) else {
+            self.queue.delete(key);
+            return;
+        };
+        if Self::node_name(&pod).is_some()
+            || !self.is_ours(&pod)
+            || self.cache.lock().unwrap().is_assumed(key)
+        {
+            self.queue.delete(key);
+            return;
+        }
+        let start = tokio::time::Instant::now();
+        let picked = self.pick(&pod);
+        self.m.attempt.observe_duration(start.elapsed());
+        let (ns, name) = split_key(key);
+        match picked {
+            Ok(node) => {
+                self.cache.lock().unwrap().assume(key, &pod, &node);
+                let me = self.clone();
+                let recorder = recorder.clone();
+                let (key, ns, name) = (key.to_string(), ns.to_string(), name.to_string());
+                // Bind in the background; the next pod is scheduled meanwhile.
+                tokio::spawn(async move {
+                    let api: Api<Pod> = Api::namespaced(&me.client, &ns);
+                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+                    match api.create_subresource(&name, "binding", &binding).await {
+                        Ok(_) => {
+                            me.m.scheduled.inc();
+                            me.queue.done(&key);
+                            recorder.normal(
+                                object_ref(&*pod),
+                                "Scheduled",
+                                format!("Successfully assigned {ns}/{name} to {node}"),
+                            );
+                        }
+                        Err(e) => {
+                            me.m.errors.inc();
+                            me.cache.lock().unwrap().forget(&key);
+                            if e.is_not_found() || e.code() == Some(409) {
+                                // Gone, or bound by someone else: the informer tells the rest.
+                                me.queue.delete(&key);
+                            } else {
+                                tracing::warn!(pod = %key, node, error = %e, "binding failed; retrying");
+                                recorder.warning(
+                                    object_ref(&*pod),
+                                    "FailedScheduling",
+                                    format!("Binding rejected: {e}"),
+                                );
+                                me.queue.backoff(&key);
+                            }
+                        }
+                    }
+                });
+            }
+            Err(message) => {
+                self.m.unschedulable.inc();
+                tracing::debug!(pod = %key, %message, "unschedulable");
+                recorder.warning(object_ref(&*pod), "FailedScheduling", message.clone());
+                let current = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+                    .and_then(|c| c.message.clone());
+                if current.as_deref() != Some(message.as_str()) {
+                    let now = rkube_client::now()
+                        .to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Secs, true);
+                    let patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": message, "lastProbeTime": null, "lastTransitionTime": now}]}});
+                    let api: Api<Pod> = Api::namespaced(&self.client, ns);
+                    if let Err(e) = api.patch_status(name, &Patch::Strategic(patch)).await {
+                        tracing::debug!(pod = %key, error = %e, "could not set PodScheduled");
+                    }
+                }
+                self.queue.unschedulable(key, cycle);
+            }
+        }
+    }
+}
+
+/// What of a node's status matters to scheduling: allocatable and condition statuses.
+fn scheduling_view(
+    n: &Node,
+) -> (
+    Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    Vec<(String, String)>,
+) {
+    let st = n.status.as_ref();
+    (
+        st.and_then(|s| s.allocatable.clone()),
+        st.and_then(|s| s.conditions.as_ref())
+            .map(|c| {
+                c.iter()
+                    .map(|c| (c.type_.clone(), c.status.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+/// Exports a reflector's counters under `resource`.
+fn export(metrics: &Registry, resource: &str, stats: Arc<rkube_client::Stats>) {
+    for (name, help, get) in rkube_client::Stats::SERIES {
+        let st = stats.clone();
+        metrics.gauge_fn(name, help, &[("resource", resource)], move || {
+            get(&st) as f64
+        });
+    }
+}

@@ -1,0 +1,131 @@
+//! Pods land only where they fit; unschedulable pods say why and schedule once a node that
+//! fits appears; taints, tolerations and nodeSelector are honoured; a controller's pods spread.
+
+use k8s_openapi::api::core::v1::Pod;
+use rkube_client::Api;
+use serde_json::json;
+
+use crate::harness::{
+    add_node, bound_node, cluster, find_event, pod, start_scheduler, unschedulable_message, Env,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_land_only_where_they_fit() {
+    let (env, _s) = cluster(&[("small", "1"), ("medium", "2"), ("large", "4")]).await;
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    pods.create(&pod("needs-3", "3", json!({}))).await.unwrap();
+    assert_eq!(bound_node(&env.client, "needs-3").await, "large");
+    pods.create(&pod("needs-1500m", "1500m", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        bound_node(&env.client, "needs-1500m").await,
+        "medium",
+        "large has only 1 cpu left"
+    );
+    pods.create(&pod("needs-1", "1", json!({}))).await.unwrap();
+    let n = bound_node(&env.client, "needs-1").await;
+    assert!(n == "small" || n == "large", "{n}");
+    // A Scheduled event as upstream words it.
+    find_event(&env.client, "default", "Scheduled event", |e| {
+        e.reason.as_deref() == Some("Scheduled")
+            && e.message.as_deref() == Some("Successfully assigned default/needs-3 to large")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unschedulable_pod_reports_why_then_schedules_when_a_node_fits() {
+    let (env, _s) = cluster(&[("a", "2"), ("b", "2"), ("c", "2")]).await;
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    pods.create(&pod("huge", "8", json!({}))).await.unwrap();
+    let msg = "0/3 nodes are available: 3 Insufficient cpu.";
+    assert_eq!(unschedulable_message(&env.client, "huge").await, msg);
+    let reason = pods
+        .get("huge")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()[0]
+        .reason
+        .clone();
+    assert_eq!(reason.as_deref(), Some("Unschedulable"));
+    let ev = find_event(&env.client, "default", "FailedScheduling event", |e| {
+        e.reason.as_deref() == Some("FailedScheduling")
+    })
+    .await;
+    assert_eq!(
+        (ev.type_.as_deref(), ev.message.as_deref()),
+        (Some("Warning"), Some(msg))
+    );
+    assert_eq!(
+        ev.source.and_then(|s| s.component).as_deref(),
+        Some("default-scheduler")
+    );
+    // A node that fits arrives: the parked pod is retried at once (a cluster event), not in 5 min.
+    add_node(&env.client, "big", "16", json!({}), json!({})).await;
+    assert_eq!(bound_node(&env.client, "huge").await, "big");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taints_tolerations_and_node_selectors() {
+    let env = Env::start().await;
+    let _s = start_scheduler(&env);
+    add_node(
+        &env.client,
+        "gpu",
+        "8",
+        json!({"accel": "gpu"}),
+        json!({"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}),
+    )
+    .await;
+    add_node(&env.client, "plain", "8", json!({}), json!({})).await;
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    for i in 0..4 {
+        pods.create(&pod(&format!("any-{i}"), "100m", json!({})))
+            .await
+            .unwrap();
+    }
+    for i in 0..4 {
+        assert_eq!(
+            bound_node(&env.client, &format!("any-{i}")).await,
+            "plain",
+            "untolerated taint"
+        );
+    }
+    let tol = json!({"nodeSelector": {"accel": "gpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]});
+    pods.create(&pod("trainer", "1", tol)).await.unwrap();
+    assert_eq!(bound_node(&env.client, "trainer").await, "gpu");
+    // A selector no node matches: unschedulable with the affinity reason.
+    pods.create(&pod(
+        "nowhere",
+        "1",
+        json!({"nodeSelector": {"zone": "mars"}}),
+    ))
+    .await
+    .unwrap();
+    let msg = unschedulable_message(&env.client, "nowhere").await;
+    assert_eq!(
+        msg,
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controllers_pods_spread_across_equal_nodes() {
+    let (env, _s) = cluster(&[("n1", "8"), ("n2", "8"), ("n3", "8")]).await;
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    let owner = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid-1", "controller": true}]);
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let mut p = pod(&format!("r-{i}"), "100m", json!({}));
+        p.metadata.owner_references = serde_json::from_value(owner.clone()).unwrap();
+        pods.create(&p).await.unwrap();
+        nodes.push(bound_node(&env.client, &format!("r-{i}")).await);
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n3"]);
+}
