@@ -33,6 +33,7 @@ pub fn object_ref<K: Resource>(obj: &K) -> ObjectReference {
 
 struct Pending {
     component: Arc<str>,
+    host: Option<Arc<str>>,
     regarding: ObjectReference,
     type_: &'static str,
     reason: String,
@@ -45,7 +46,10 @@ struct Pending {
 pub struct Recorder {
     tx: mpsc::Sender<Pending>,
     component: Arc<str>,
+    host: Option<Arc<str>>,
     spam: Arc<Mutex<HashMap<(Arc<str>, String), TokenBucket>>>,
+    /// An overall events-per-second limit (a kubelet's `--event-qps`), shared by clones.
+    rate: Option<Arc<TokenBucket>>,
 }
 
 const SPAM_BURST: u32 = 25;
@@ -72,16 +76,32 @@ impl Recorder {
         Recorder {
             tx,
             component: component.into(),
+            host: None,
             spam: Arc::default(),
+            rate: None,
+        }
+    }
+
+    /// Limits this recorder and its clones to `qps` events per second (burst `burst`); events
+    /// over the limit are dropped. `qps <= 0` means no limit.
+    pub fn with_rate(mut self, qps: f32, burst: u32) -> Self {
+        self.rate = (qps > 0.0).then(|| Arc::new(TokenBucket::new(qps, burst)));
+        self
+    }
+
+    /// The same sender, reporting from another host (`source.host`; a simulated node).
+    pub fn for_host(&self, host: &str) -> Self {
+        Recorder {
+            host: Some(host.into()),
+            ..self.clone()
         }
     }
 
     /// The same sender, reporting as another component (`source.component`).
     pub fn for_component(&self, component: &str) -> Self {
         Recorder {
-            tx: self.tx.clone(),
             component: component.into(),
-            spam: self.spam.clone(),
+            ..self.clone()
         }
     }
 
@@ -120,8 +140,13 @@ impl Recorder {
                 return;
             }
         }
+        if self.rate.as_ref().is_some_and(|r| !r.try_take()) {
+            tracing::debug!(reason, "event dropped by the rate limit");
+            return;
+        }
         let p = Pending {
             component: self.component.clone(),
+            host: self.host.clone(),
             regarding,
             type_,
             reason: reason.to_string(),
@@ -184,7 +209,11 @@ impl Sender {
         let now = crate::now();
         let source = EventSource {
             component: Some(p.component.to_string()),
-            host: self.source.host.clone(),
+            host: p
+                .host
+                .as_deref()
+                .map(str::to_string)
+                .or_else(|| self.source.host.clone()),
         };
         let api: Api<Event> = Api::namespaced(&self.client, &ns);
         if let Some((ens, name, count)) = self.seen.get(&key).cloned() {

@@ -2,6 +2,7 @@
 //! types, and the one place an `ApiError` becomes a `kind: Status` response.
 
 pub mod discovery;
+pub mod logs;
 pub mod openapi;
 pub mod request;
 pub mod subresources;
@@ -230,9 +231,7 @@ async fn serve(
             }
             match sub {
                 Some("scale") => subresources::get_scale(reg, ns, name).await,
-                Some("log") => Err(ApiError::bad_request(
-                    "pod logs are served once kubelet-agents exist",
-                )),
+                Some("log") => logs::pod_log(state, reg, ns, name, &query).await,
                 _ => {
                     let rv = query
                         .iter()

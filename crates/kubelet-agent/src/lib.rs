@@ -1,0 +1,278 @@
+//! rkube-kubelet-agent: simulates one or many nodes in one process. Each node registers
+//! itself, heartbeats through its Lease, watches only its own pods (`spec.nodeName=<node>`,
+//! through the client's Reflector, with bookmarks unless turned off) and runs them through the
+//! simulated runtime (`sim`, driven by `stages`), reporting status as a kubelet does. One HTTP
+//! server serves `/healthz`, `/metrics` and the simulated container logs for every node.
+
+pub mod logs;
+pub mod node;
+pub mod sim;
+pub mod stages;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Taint};
+use rkube_client::events::Recorder;
+use rkube_client::informer::Change;
+use rkube_client::reflector::Options;
+use rkube_client::{Api, Client, Informer, ListParams, Stats};
+use rkube_daemon::metrics::Registry;
+use rkube_daemon::ShutdownToken;
+use tokio::net::TcpListener;
+
+use node::NodeSpec;
+use stages::Stages;
+use worker::NodeRuntime;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub client: rkube_client::Config,
+    /// The node's name; with `nodes > 1`, nodes are `<name>-0` … `<name>-<N-1>`.
+    pub node_name: String,
+    pub nodes: usize,
+    pub cpu: String,
+    pub memory: String,
+    pub max_pods: u32,
+    pub node_labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub status_update_frequency: Duration,
+    pub lease_duration: Duration,
+    pub stages: Stages,
+    pub watch_bookmarks: bool,
+    /// The address other components reach this agent's HTTP server on (`InternalIP`).
+    pub node_ip: String,
+    /// The port advertised as `daemonEndpoints.kubeletEndpoint.Port`; 0 = the listener's.
+    pub port: u16,
+    /// Events per second across the process; 0 = unlimited.
+    pub event_qps: f32,
+    pub event_burst: u32,
+}
+
+impl Config {
+    pub fn new(client: rkube_client::Config, node_name: &str) -> Self {
+        Config {
+            client,
+            node_name: node_name.into(),
+            nodes: 1,
+            cpu: "4".into(),
+            memory: "8Gi".into(),
+            max_pods: 110,
+            node_labels: BTreeMap::new(),
+            taints: Vec::new(),
+            status_update_frequency: Duration::from_secs(10),
+            lease_duration: Duration::from_secs(40),
+            stages: Stages::fast(),
+            watch_bookmarks: true,
+            node_ip: "127.0.0.1".into(),
+            port: 0,
+            event_qps: 50.0,
+            event_burst: 100,
+        }
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        if self.nodes <= 1 {
+            vec![self.node_name.clone()]
+        } else {
+            (0..self.nodes)
+                .map(|i| format!("{}-{i}", self.node_name))
+                .collect()
+        }
+    }
+}
+
+/// Runs every simulated node until `shutdown`; `listener` serves logs, health and metrics.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownToken,
+) -> anyhow::Result<()> {
+    let port = if config.port == 0 {
+        listener.local_addr()?.port()
+    } else {
+        config.port
+    };
+    let metrics = Registry::new();
+    metrics.gauge_fn(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        &[],
+        || rkube_daemon::metrics::process_rss_bytes() as f64,
+    );
+    let ready = rkube_daemon::health::Ready::default();
+    let sims: logs::Sims = Arc::default();
+    let app = rkube_daemon::health::router(metrics.clone(), ready.clone())
+        .merge(logs::router(sims.clone()));
+    let s = shutdown.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(rkube_daemon::nodelay(listener), app)
+            .with_graceful_shutdown(async move { s.cancelled().await })
+            .await
+    });
+    let client = Client::new(config.client.clone())?;
+    let recorder = Recorder::new(&client, "kubelet", None, shutdown.clone())
+        .with_rate(config.event_qps, config.event_burst);
+    let stages = Arc::new(config.stages.clone());
+    let status_writes = metrics.counter(
+        "kubelet_pod_status_writes_total",
+        "Pod status updates written.",
+        &[],
+    );
+    let running = {
+        let sims = sims.clone();
+        metrics.gauge_fn(
+            "kubelet_running_pods",
+            "Pods with a simulated runtime on this process's nodes.",
+            &[],
+            move || sims.lock().unwrap().len() as f64,
+        )
+    };
+    let _ = running;
+
+    let mut registered = 0usize;
+    for (i, name) in config.node_names().into_iter().enumerate() {
+        let spec = NodeSpec {
+            name: name.clone(),
+            index: i,
+            cpu: config.cpu.clone(),
+            memory: config.memory.clone(),
+            max_pods: config.max_pods,
+            labels: config.node_labels.clone(),
+            taints: config.taints.clone(),
+            ip: config.node_ip.clone(),
+            port,
+            lease_duration: config.lease_duration,
+            status_update_frequency: config.status_update_frequency,
+        };
+        // Registration retries until the apiserver answers.
+        let node = loop {
+            match node::register(&client, &spec).await {
+                Ok(n) => break n,
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "node registration failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                }
+            }
+        };
+        registered += 1;
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        tokio::spawn(node::lease_loop(
+            client.clone(),
+            spec.clone(),
+            uid,
+            shutdown.clone(),
+        ));
+        tokio::spawn(node::status_loop(
+            client.clone(),
+            spec.clone(),
+            shutdown.clone(),
+        ));
+        let rt = NodeRuntime::new(
+            client.clone(),
+            recorder.for_host(&name),
+            spec,
+            stages.clone(),
+            sims.clone(),
+            status_writes.clone(),
+        );
+        let opts = Options {
+            bookmarks: config.watch_bookmarks,
+            ..Default::default()
+        };
+        let inf = Informer::with_options(
+            Api::<Pod>::all(&client),
+            ListParams::default().fields(&format!("spec.nodeName={name}")),
+            opts,
+        );
+        export(&metrics, &name, inf.stats());
+        let s = shutdown.clone();
+        inf.store().on_change(move |ch| match ch {
+            Change::Added(p) | Change::Updated { new: p, .. } => rt.pod_changed(p.clone(), &s),
+            Change::Deleted(p) => rt.pod_deleted(p),
+        });
+        inf.spawn(shutdown.clone());
+    }
+    tracing::info!(nodes = registered, port, "simulated nodes registered");
+    ready.set(true);
+    shutdown.cancelled().await;
+    ready.set(false);
+    let _ = server.await;
+    Ok(())
+}
+
+/// Exports a node's reflector counters, labelled by node.
+fn export(metrics: &Registry, node: &str, stats: Arc<Stats>) {
+    for (name, help, get) in Stats::SERIES {
+        let st = stats.clone();
+        metrics.gauge_fn(name, help, &[("node", node)], move || get(&st) as f64);
+    }
+}
+
+/// Parses `--node-labels k=v,k2=v2`.
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("invalid label {p:?}: want key=value"))
+        })
+        .collect()
+}
+
+/// Parses `--register-with-taints key=value:Effect,key2:Effect`.
+pub fn parse_taints(s: &str) -> Result<Vec<Taint>, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (kv, effect) = p
+                .rsplit_once(':')
+                .ok_or_else(|| format!("invalid taint {p:?}: want key[=value]:Effect"))?;
+            if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+                return Err(format!("invalid taint effect {effect:?}"));
+            }
+            let (key, value) = match kv.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (kv.to_string(), None),
+            };
+            Ok(Taint {
+                key,
+                value,
+                effect: effect.into(),
+                time_added: None,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse() {
+        assert_eq!(parse_labels("a=b,c=d").unwrap().len(), 2);
+        assert!(parse_labels("nope").is_err());
+        let t = parse_taints("dedicated=gpu:NoSchedule,spot:PreferNoSchedule").unwrap();
+        assert_eq!(
+            (
+                t[0].key.as_str(),
+                t[0].value.as_deref(),
+                t[0].effect.as_str()
+            ),
+            ("dedicated", Some("gpu"), "NoSchedule")
+        );
+        assert_eq!(t[1].value, None);
+        assert!(parse_taints("x:Sometimes").is_err());
+        let mut c = Config::new(rkube_client::Config::new("http://x:1"), "n");
+        assert_eq!(c.node_names(), ["n"]);
+        c.nodes = 3;
+        assert_eq!(c.node_names(), ["n-0", "n-1", "n-2"]);
+    }
+}

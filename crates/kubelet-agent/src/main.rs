@@ -1,0 +1,90 @@
+//! `rkube-kubelet-agent`: parses kubelet-style flags and runs the simulated node(s).
+
+use anyhow::Context;
+use clap::Parser;
+use rkube_client::ClientFlags;
+use rkube_daemon::GoDuration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rkube-kubelet-agent",
+    version,
+    about = "Simulated kubelet(s) of rkube"
+)]
+struct Flags {
+    #[command(flatten)]
+    client: ClientFlags,
+    /// The node's name (default: the hostname); with --nodes N, the prefix of N names.
+    #[arg(long)]
+    node_name: Option<String>,
+    /// How many nodes this process simulates.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    #[arg(long, default_value = "4")]
+    cpu: String,
+    #[arg(long, default_value = "8Gi")]
+    memory: String,
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
+    /// `key=value,…` labels for the node(s).
+    #[arg(long, default_value = "")]
+    node_labels: String,
+    /// `key[=value]:Effect,…` taints the node(s) register with.
+    #[arg(long, default_value = "")]
+    register_with_taints: String,
+    #[arg(long, default_value = "10s")]
+    node_status_update_frequency: GoDuration,
+    #[arg(long, default_value = "40s")]
+    node_lease_duration: GoDuration,
+    /// `fast`, `realistic`, or a YAML/JSON stages file.
+    #[arg(long, default_value = "fast")]
+    stages: String,
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    watch_bookmarks: bool,
+    /// The address the node(s) advertise as InternalIP (where this server is reachable).
+    #[arg(long, default_value = "127.0.0.1")]
+    node_ip: String,
+    /// Address to listen on for logs, /healthz and /metrics.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: String,
+    #[arg(long, default_value_t = 10250)]
+    port: u16,
+    #[arg(long, default_value_t = 50.0)]
+    event_qps: f32,
+    #[arg(long, default_value_t = 100)]
+    event_burst: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    rkube_daemon::init_tracing();
+    let f = Flags::parse();
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "node".into());
+    let name = f.node_name.unwrap_or(host);
+    let mut config =
+        rkube_kubelet_agent::Config::new(f.client.config("rkube-kubelet-agent")?, &name);
+    config.nodes = f.nodes.max(1);
+    config.cpu = f.cpu;
+    config.memory = f.memory;
+    config.max_pods = f.max_pods;
+    config.node_labels =
+        rkube_kubelet_agent::parse_labels(&f.node_labels).map_err(anyhow::Error::msg)?;
+    config.taints =
+        rkube_kubelet_agent::parse_taints(&f.register_with_taints).map_err(anyhow::Error::msg)?;
+    config.status_update_frequency = f.node_status_update_frequency.into();
+    config.lease_duration = f.node_lease_duration.into();
+    config.stages =
+        rkube_kubelet_agent::stages::Stages::load(&f.stages).map_err(anyhow::Error::msg)?;
+    config.watch_bookmarks = f.watch_bookmarks;
+    config.node_ip = f.node_ip;
+    config.port = f.port;
+    config.event_qps = f.event_qps;
+    config.event_burst = f.event_burst;
+    let addr = format!("{}:{}", f.bind_address, f.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("listen on {addr}"))?;
+    rkube_kubelet_agent::run(config, listener, rkube_daemon::shutdown_token()).await
+}

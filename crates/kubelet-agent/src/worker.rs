@@ -1,0 +1,234 @@
+//! Pod workers: one task per pod bound to a simulated node. It drives the pod's `PodSim`,
+//! writes status when it changes, records the kubelet's events, and on graceful deletion stops
+//! the containers, reports the terminal phase and deletes the pod with grace 0 and a UID
+//! precondition (as the kubelet's status manager does).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use rkube_client::events::{object_ref, Recorder};
+use rkube_client::{Api, Client, DeleteParams, Patch};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::node::NodeSpec;
+use crate::sim::{PodSim, SimEvent};
+use crate::stages::Stages;
+
+/// What the log endpoint needs of a running pod.
+pub type SimHandle = Arc<Mutex<PodSim>>;
+
+/// Everything the workers of one node share.
+pub struct NodeRuntime {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub spec: NodeSpec,
+    pub stages: Arc<Stages>,
+    /// Images pulled on this node.
+    pub images: Mutex<HashSet<String>>,
+    ips: Mutex<(u8, Vec<u8>)>,
+    /// uid → the worker's input.
+    workers: Mutex<HashMap<String, watch::Sender<Arc<Pod>>>>,
+    /// `ns/name` → the pod's simulation, for logs.
+    pub sims: Arc<Mutex<HashMap<String, SimHandle>>>,
+    pub status_writes: rkube_daemon::metrics::Counter,
+}
+
+impl NodeRuntime {
+    pub fn new(
+        client: Client,
+        recorder: Recorder,
+        spec: NodeSpec,
+        stages: Arc<Stages>,
+        sims: Arc<Mutex<HashMap<String, SimHandle>>>,
+        status_writes: rkube_daemon::metrics::Counter,
+    ) -> Arc<Self> {
+        Arc::new(NodeRuntime {
+            client,
+            recorder,
+            spec,
+            stages,
+            images: Mutex::default(),
+            ips: Mutex::new((2, Vec::new())),
+            workers: Mutex::default(),
+            sims,
+            status_writes,
+        })
+    }
+
+    fn alloc_ip(&self) -> String {
+        let mut g = self.ips.lock().unwrap();
+        let n = match g.1.pop() {
+            Some(n) => n,
+            None => {
+                let n = g.0;
+                g.0 = g.0.saturating_add(1).min(254);
+                n
+            }
+        };
+        self.spec.pod_ip(n)
+    }
+
+    fn free_ip(&self, ip: &str) {
+        if let Some(n) = ip.rsplit('.').next().and_then(|n| n.parse().ok()) {
+            self.ips.lock().unwrap().1.push(n);
+        }
+    }
+
+    /// A new or changed pod from the node's informer.
+    pub fn pod_changed(self: &Arc<Self>, pod: Arc<Pod>, shutdown: &CancellationToken) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut workers = self.workers.lock().unwrap();
+        if let Some(tx) = workers.get(&uid) {
+            let _ = tx.send(pod);
+            return;
+        }
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if terminal && pod.metadata.deletion_timestamp.is_none() {
+            return; // finished before we started (an agent restart): nothing to run
+        }
+        let (tx, rx) = watch::channel(pod);
+        workers.insert(uid.clone(), tx);
+        let me = self.clone();
+        let stop = shutdown.child_token();
+        tokio::spawn(async move {
+            me.clone().run_pod(rx, stop).await;
+            me.workers.lock().unwrap().remove(&uid);
+        });
+    }
+
+    /// The pod object is gone: its worker ends.
+    pub fn pod_deleted(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.workers.lock().unwrap().remove(&uid);
+    }
+
+    fn record(&self, regarding: &ObjectReference, evs: Vec<SimEvent>) {
+        for e in evs {
+            let mut r = regarding.clone();
+            r.field_path = e.field_path;
+            if e.warning {
+                self.recorder.warning(r, e.reason, e.message);
+            } else {
+                self.recorder.normal(r, e.reason, e.message);
+            }
+        }
+    }
+
+    async fn run_pod(self: Arc<Self>, mut rx: watch::Receiver<Arc<Pod>>, stop: CancellationToken) {
+        let pod = rx.borrow_and_update().clone();
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(&self.client, &ns);
+        let ip = self.alloc_ip();
+        let sim: SimHandle = Arc::new(Mutex::new(PodSim::new(
+            &pod,
+            ip.clone(),
+            &self.stages,
+            Instant::now(),
+            rkube_client::now(),
+        )));
+        self.sims.lock().unwrap().insert(key.clone(), sim.clone());
+        let regarding = object_ref(&*pod);
+        let mut pod = pod;
+        let mut last_sent: Option<serde_json::Value> = None;
+        let mut deleted_api = false;
+        loop {
+            // Deletion asked for: stop the containers within the grace period.
+            if pod.metadata.deletion_timestamp.is_some() {
+                let grace = Duration::from_secs(
+                    pod.metadata
+                        .deletion_grace_period_seconds
+                        .unwrap_or(30)
+                        .max(0) as u64,
+                );
+                let evs = sim
+                    .lock()
+                    .unwrap()
+                    .delete(Instant::now(), grace, &self.stages);
+                self.record(&regarding, evs);
+            }
+            let (evs, next) = {
+                let mut images = self.images.lock().unwrap();
+                sim.lock().unwrap().advance(
+                    Instant::now(),
+                    rkube_client::now(),
+                    &self.stages,
+                    &mut images,
+                )
+            };
+            self.record(&regarding, evs);
+            let status = sim.lock().unwrap().status(&pod, &self.spec.ip);
+            let status = serde_json::to_value(&status).expect("status");
+            if last_sent.as_ref() != Some(&status) {
+                let patch = Patch::Merge(json!({"status": status}));
+                match api.patch_status(&name, &patch).await {
+                    Ok(_) => {
+                        self.status_writes.inc();
+                        last_sent = Some(status);
+                    }
+                    Err(e) if e.is_not_found() || e.code() == Some(409) => break,
+                    Err(e) => {
+                        tracing::debug!(pod = %key, error = %e, "status update failed; will retry")
+                    }
+                }
+            }
+            let finished = sim.lock().unwrap().finished();
+            if finished
+                && pod.metadata.deletion_timestamp.is_some()
+                && last_sent.is_some()
+                && !deleted_api
+            {
+                // The terminal status is written: remove the object.
+                match api
+                    .delete(&name, &DeleteParams::with_uid(&uid).grace(0))
+                    .await
+                {
+                    Ok(_) => deleted_api = true,
+                    Err(e) if e.is_not_found() || e.code() == Some(409) => break,
+                    Err(e) => {
+                        tracing::debug!(pod = %key, error = %e, "final delete failed; will retry")
+                    }
+                }
+            }
+            let wake = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None if last_sent.is_none()
+                        || (finished
+                            && !deleted_api
+                            && pod.metadata.deletion_timestamp.is_some()) =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(500)).await // retry a failed write
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        break; // the pod object is gone
+                    }
+                    pod = rx.borrow_and_update().clone();
+                }
+                _ = wake => {}
+            }
+        }
+        self.sims.lock().unwrap().remove(&key);
+        self.free_ip(&ip);
+    }
+}
