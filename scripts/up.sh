@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Brings up a whole rkube cluster on loopback and deploys the nginx example:
+#   rkube-store (or a real etcd with --etcd), rkube-apiserver, rkube-controller-manager,
+#   rkube-scheduler and one rkube-kubelet-agent per node (3 by default).
+# Writes a kubeconfig, waits until everything is ready, shows the nginx pod Running, then keeps
+# running until Ctrl-C, which stops everything.
+#
+#   ./scripts/up.sh [--nodes N] [--etcd] [--no-example] [--dir DIR] [--port 6443]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+NODES=3 ETCD=0 EXAMPLE=1 DIR="${RKUBE_DIR:-$PWD/.rkube}" PORT=6443 STORE_PORT=2379
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) NODES="$2"; shift 2 ;;
+    --etcd) ETCD=1; shift ;;
+    --no-example) EXAMPLE=0; shift ;;
+    --dir) DIR="$2"; shift 2 ;;
+    --port) PORT="$2"; shift 2 ;;
+    --store-port) STORE_PORT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf '\033[31merror: %s\033[0m\n' "$*" >&2; exit 1; }
+
+PIDS=()
+cleanup() {
+  trap - INT TERM EXIT
+  if [ ${#PIDS[@]} -gt 0 ]; then
+    say "stopping rkube"
+    # Reverse start order: nodes and controllers first, storage last.
+    for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill "${PIDS[$i]}" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 0' INT TERM
+
+# wait_for "what" seconds command...
+wait_for() {
+  local what="$1" secs="$2"; shift 2
+  local deadline=$((SECONDS + secs))
+  printf '    waiting for %s ' "$what"
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { echo; die "$what not ready after ${secs}s (logs in $DIR/logs)"; }
+    printf '.'; sleep 0.2
+  done
+  echo " ok"
+}
+
+command -v kubectl >/dev/null || die "kubectl is needed on PATH"
+command -v curl >/dev/null || die "curl is needed on PATH"
+if [ "$ETCD" = 1 ] && ! command -v etcd >/dev/null; then
+  say "installing etcd-server (Debian)"
+  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+  else sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive sudo apt-get install -y -qq etcd-server >/dev/null; fi
+fi
+
+say "building rkube (release)"
+cargo build --release -q -p rkube-store -p rkube-apiserver -p rkube-controller-manager -p rkube-scheduler -p rkube-kubelet-agent
+BIN="$PWD/target/release"
+rm -rf "$DIR"; mkdir -p "$DIR/logs"
+
+STORE_URL="http://127.0.0.1:$STORE_PORT"
+if [ "$ETCD" = 1 ]; then
+  say "starting etcd on $STORE_URL"
+  etcd --data-dir "$DIR/etcd" --listen-client-urls "$STORE_URL" --advertise-client-urls "$STORE_URL" \
+    --listen-peer-urls "http://127.0.0.1:$((STORE_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((STORE_PORT + 1))" \
+    --initial-cluster "default=http://127.0.0.1:$((STORE_PORT + 1))" \
+    --experimental-watch-progress-notify-interval 5s >"$DIR/logs/etcd.log" 2>&1 &
+  PIDS+=($!)
+else
+  say "starting rkube-store on $STORE_URL"
+  "$BIN/rkube-store" --data-dir "$DIR/store" --listen-client-urls "$STORE_URL" >"$DIR/logs/store.log" 2>&1 &
+  PIDS+=($!)
+fi
+wait_for "storage" 30 curl -sf -XPOST "$STORE_URL/v3/maintenance/status" -d '{}'
+
+SERVER="http://127.0.0.1:$PORT"
+say "starting rkube-apiserver on $SERVER"
+"$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" >"$DIR/logs/apiserver.log" 2>&1 &
+PIDS+=($!)
+wait_for "apiserver" 60 curl -sf "$SERVER/readyz"
+
+export KUBECONFIG="$DIR/kubeconfig"
+cat >"$KUBECONFIG" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: rkube
+  cluster:
+    server: $SERVER
+users:
+- name: rkube
+  user: {}
+contexts:
+- name: rkube
+  context:
+    cluster: rkube
+    user: rkube
+current-context: rkube
+KC
+
+say "starting rkube-controller-manager and rkube-scheduler"
+"$BIN/rkube-controller-manager" --kubeconfig "$KUBECONFIG" --secure-port 10257 >"$DIR/logs/controller-manager.log" 2>&1 &
+PIDS+=($!)
+"$BIN/rkube-scheduler" --kubeconfig "$KUBECONFIG" --secure-port 10259 >"$DIR/logs/scheduler.log" 2>&1 &
+PIDS+=($!)
+wait_for "controller-manager" 30 curl -sf http://127.0.0.1:10257/readyz
+wait_for "scheduler" 30 curl -sf http://127.0.0.1:10259/readyz
+
+say "starting $NODES simulated node(s)"
+for i in $(seq 1 "$NODES"); do
+  "$BIN/rkube-kubelet-agent" --kubeconfig "$KUBECONFIG" --node-name "rkube-node-$i" \
+    --port $((10249 + i)) >"$DIR/logs/node-$i.log" 2>&1 &
+  PIDS+=($!)
+done
+ready_nodes() { [ "$(kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$NODES" ]; }
+wait_for "$NODES node(s) Ready" 60 ready_nodes
+kubectl get nodes
+
+if [ "$EXAMPLE" = 1 ]; then
+  say "deploying the nginx example (e2e/nginx.yml)"
+  kubectl apply -f e2e/nginx.yml
+  kubectl rollout status deployment/nginx-deployment --timeout=60s
+  kubectl get po -l app=nginx
+fi
+
+cat <<MSG
+
+rkube is up. In another shell:
+  export KUBECONFIG=$KUBECONFIG
+  kubectl get deploy,rs,po,nodes
+Logs are in $DIR/logs. Ctrl-C stops everything.
+MSG
+wait -n "${PIDS[@]}" || true
+die "a component exited; see $DIR/logs"
