@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every rkube test: unit tests, the store's conformance suite against rkube-store AND a
-# real etcd 3.4, and the crash test. Installs what the tests need first (etcd-server from
-# Debian, cargo-nextest if absent). Extra arguments go to `cargo nextest run`.
+# Runs every rkube test: unit and component tests, the store's conformance suite against
+# rkube-store AND a real etcd 3.4, the crash test, and the end-to-end tests that start the real
+# binaries (built first) and drive them with kubectl. Installs what the tests need first
+# (etcd-server from Debian, cargo-nextest if absent). Extra arguments go to `cargo nextest run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "==> installing cargo-nextest"
   cargo install cargo-nextest --locked
 fi
+
+echo "==> cargo build --workspace --bins (the e2e tests run the binaries)"
+cargo build --workspace --bins
 
 echo "==> cargo nextest run --workspace"
 cargo nextest run --workspace --no-fail-fast "$@"

@@ -115,7 +115,7 @@ wait_for "scheduler" 30 curl -sf http://127.0.0.1:10259/readyz
 say "starting $NODES simulated node(s)"
 for i in $(seq 1 "$NODES"); do
   "$BIN/rkube-kubelet-agent" --kubeconfig "$KUBECONFIG" --node-name "rkube-node-$i" \
-    --port $((10249 + i)) >"$DIR/logs/node-$i.log" 2>&1 &
+    --node-index $((i - 1)) --port $((10249 + i)) >"$DIR/logs/node-$i.log" 2>&1 &
   PIDS+=($!)
 done
 ready_nodes() { [ "$(kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$NODES" ]; }

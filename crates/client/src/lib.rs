@@ -10,6 +10,7 @@ pub mod informer;
 pub mod leader;
 pub mod ratelimit;
 pub mod reflector;
+pub mod wait;
 pub mod watch;
 pub mod workqueue;
 

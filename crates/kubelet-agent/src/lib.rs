@@ -33,6 +33,8 @@ pub struct Config {
     /// The node's name; with `nodes > 1`, nodes are `<name>-0` … `<name>-<N-1>`.
     pub node_name: String,
     pub nodes: usize,
+    /// The first node's index in the cluster (its podCIDR is 10.244.<index>.0/24).
+    pub node_index: usize,
     pub cpu: String,
     pub memory: String,
     pub max_pods: u32,
@@ -57,6 +59,7 @@ impl Config {
             client,
             node_name: node_name.into(),
             nodes: 1,
+            node_index: 0,
             cpu: "4".into(),
             memory: "8Gi".into(),
             max_pods: 110,
@@ -136,7 +139,7 @@ pub async fn run(
     for (i, name) in config.node_names().into_iter().enumerate() {
         let spec = NodeSpec {
             name: name.clone(),
-            index: i,
+            index: config.node_index + i,
             cpu: config.cpu.clone(),
             memory: config.memory.clone(),
             max_pods: config.max_pods,

@@ -20,6 +20,9 @@ struct Flags {
     /// How many nodes this process simulates.
     #[arg(long, default_value_t = 1)]
     nodes: usize,
+    /// This process's first node index in the cluster: node i gets podCIDR 10.244.<index+i>.0/24.
+    #[arg(long, default_value_t = 0)]
+    node_index: usize,
     #[arg(long, default_value = "4")]
     cpu: String,
     #[arg(long, default_value = "8Gi")]
@@ -66,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
     let mut config =
         rkube_kubelet_agent::Config::new(f.client.config("rkube-kubelet-agent")?, &name);
     config.nodes = f.nodes.max(1);
+    config.node_index = f.node_index;
     config.cpu = f.cpu;
     config.memory = f.memory;
     config.max_pods = f.max_pods;

@@ -2,7 +2,6 @@
 //! 127.0.0.1:0 (`Env`), a fake kubelet that marks pods Running and Ready, a deadline-bounded
 //! `wait_for`, and fixtures. Components start their own process logic on top.
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -131,24 +130,7 @@ impl Env {
     }
 }
 
-/// Polls `f` until it yields `Some`, failing the test after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await; // polling interval
-    }
-}
+pub use rkube_client::wait::wait_for;
 
 /// Pods in `ns` matching `labels` that are not being deleted.
 pub async fn live_pods(client: &Client, ns: &str, labels: &str) -> Vec<Pod> {

@@ -322,9 +322,11 @@ fn cells(kind: &str, obj: &Value, now: i64) -> Vec<Value> {
                 .iter()
                 .find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready"));
             let mut status = match ready.and_then(|c| c.get("status")).and_then(|s| s.as_str()) {
+                // As upstream's printer: any Ready status but True (False or Unknown) is
+                // NotReady; no Ready condition at all is Unknown.
                 Some("True") => "Ready".to_string(),
-                Some("False") => "NotReady".to_string(),
-                _ => "Unknown".to_string(),
+                Some(_) => "NotReady".to_string(),
+                None => "Unknown".to_string(),
             };
             if obj
                 .pointer("/spec/unschedulable")

@@ -1,0 +1,328 @@
+//! A whole rkube cluster as processes, for end-to-end tests: rkube-store, rkube-apiserver,
+//! rkube-controller-manager, rkube-scheduler and kubelet-agents, on free loopback ports, from
+//! the workspace's built binaries (`cargo build --workspace --bins`; `scripts/test.sh` does it).
+//! Components can be stopped, frozen (SIGSTOP), killed and restarted; kubectl runs against it
+//! with a written kubeconfig.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use tokio::process::Child;
+
+/// Where the binaries are: `$RKUBE_BIN_DIR`, else the workspace's `target/debug`.
+pub fn bin_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("RKUBE_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    target.join("debug")
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub use rkube_client::wait::wait_for;
+
+/// Extra flags per component.
+#[derive(Clone, Debug, Default)]
+pub struct Opts {
+    pub nodes: usize,
+    pub apiserver: Vec<String>,
+    pub controller_manager: Vec<String>,
+    pub scheduler: Vec<String>,
+    pub kubelet: Vec<String>,
+}
+
+struct Proc {
+    args: Vec<String>,
+    bin: PathBuf,
+    child: Option<Child>,
+    /// Where /readyz (or the store's status) answers.
+    health: String,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub server: String,
+    pub store_url: String,
+    pub kubeconfig: PathBuf,
+    procs: BTreeMap<String, Proc>,
+    http: reqwest::Client,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in self.procs.values_mut() {
+            if let Some(c) = p.child.as_mut() {
+                let _ = c.start_kill();
+            }
+        }
+    }
+}
+
+impl Cluster {
+    pub async fn start(opts: Opts) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let store_port = free_port();
+        let api_port = free_port();
+        let store_url = format!("http://127.0.0.1:{store_port}");
+        let server = format!("http://127.0.0.1:{api_port}");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            rkube_client::config::kubeconfig_yaml("rkube", &server, None),
+        )
+        .unwrap();
+        let kc = kubeconfig.to_str().unwrap().to_string();
+        let mut c = Cluster {
+            server: server.clone(),
+            store_url: store_url.clone(),
+            kubeconfig,
+            procs: BTreeMap::new(),
+            http: reqwest::Client::new(),
+            dir,
+        };
+        let data = c.dir.path().join("store");
+        c.add(
+            "store",
+            "rkube-store",
+            vec![
+                "--data-dir".into(),
+                data.to_str().unwrap().into(),
+                "--listen-client-urls".into(),
+                store_url.clone(),
+            ],
+            format!("{store_url}/health"),
+        );
+        c.start_proc("store").await;
+        let mut args = vec![
+            "--etcd-servers".into(),
+            store_url.clone(),
+            "--secure-port".into(),
+            api_port.to_string(),
+        ];
+        args.extend(opts.apiserver.clone());
+        c.add(
+            "apiserver",
+            "rkube-apiserver",
+            args,
+            format!("{server}/readyz"),
+        );
+        c.start_proc("apiserver").await;
+        for (name, bin, extra) in [
+            (
+                "controller-manager",
+                "rkube-controller-manager",
+                &opts.controller_manager,
+            ),
+            ("scheduler", "rkube-scheduler", &opts.scheduler),
+        ] {
+            let port = free_port();
+            let mut args = vec![
+                "--kubeconfig".into(),
+                kc.clone(),
+                "--secure-port".into(),
+                port.to_string(),
+            ];
+            args.extend(extra.clone());
+            c.add(name, bin, args, format!("http://127.0.0.1:{port}/readyz"));
+            c.start_proc(name).await;
+        }
+        for i in 1..=opts.nodes.max(1) {
+            let port = free_port();
+            let mut args = vec![
+                "--kubeconfig".into(),
+                kc.clone(),
+                "--node-name".into(),
+                format!("node-{i}"),
+                "--node-index".into(),
+                (i - 1).to_string(),
+                "--port".into(),
+                port.to_string(),
+            ];
+            args.extend(opts.kubelet.clone());
+            c.add(
+                &format!("node-{i}"),
+                "rkube-kubelet-agent",
+                args,
+                format!("http://127.0.0.1:{port}/readyz"),
+            );
+            c.start_proc(&format!("node-{i}")).await;
+        }
+        c
+    }
+
+    fn add(&mut self, name: &str, binary: &str, args: Vec<String>, health: String) {
+        self.procs.insert(
+            name.into(),
+            Proc {
+                args,
+                bin: bin(binary),
+                child: None,
+                health,
+            },
+        );
+    }
+
+    /// Starts (or restarts) a component and waits until it is ready.
+    pub async fn start_proc(&mut self, name: &str) {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        let p = self.procs.get_mut(name).expect("known component");
+        let child = tokio::process::Command::new(&p.bin)
+            .args(&p.args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", p.bin.display()));
+        p.child = Some(child);
+        let health = p.health.clone();
+        let http = self.http.clone();
+        let logs = self.dir.path().join(format!("{name}.log"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if http
+                .get(&health)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "{name} not ready: {}",
+                    std::fs::read_to_string(&logs).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+        }
+    }
+
+    pub fn pid(&self, name: &str) -> u32 {
+        self.procs[name]
+            .child
+            .as_ref()
+            .and_then(|c| c.id())
+            .expect("running")
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `KILL`, `TERM`).
+    pub fn signal(&self, name: &str, sig: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{sig}"), self.pid(name).to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} {name}");
+    }
+
+    /// Kills a component (SIGKILL) and waits for it to be gone.
+    pub async fn kill(&mut self, name: &str) {
+        if let Some(mut c) = self.procs.get_mut(name).and_then(|p| p.child.take()) {
+            let _ = c.kill().await;
+        }
+    }
+
+    /// Stops a component with SIGTERM (a clean shutdown) and waits for it.
+    pub async fn stop(&mut self, name: &str) {
+        self.signal(name, "TERM");
+        if let Some(mut c) = self.procs.get_mut(name).and_then(|p| p.child.take()) {
+            let _ = tokio::time::timeout(Duration::from_secs(10), c.wait()).await;
+            let _ = c.kill().await;
+        }
+    }
+
+    /// The `/metrics` URL of a component.
+    pub fn metrics_url(&self, name: &str) -> String {
+        self.procs[name]
+            .health
+            .replace("/readyz", "/metrics")
+            .replace("/health", "/metrics")
+    }
+
+    /// Sum of a metric's series (optionally those whose labels contain `filter`).
+    pub async fn metric(&self, name: &str, metric: &str, filter: &str) -> f64 {
+        let text = self
+            .http
+            .get(self.metrics_url(name))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| {
+                l.starts_with(metric)
+                    && (l[metric.len()..].starts_with('{') || l[metric.len()..].starts_with(' '))
+            })
+            .filter(|l| l.contains(filter))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn client(&self) -> rkube_client::Client {
+        rkube_client::Client::for_server(&self.server)
+    }
+
+    /// Runs kubectl against the cluster.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(workspace_root())
+            .output()
+            .expect("kubectl on PATH")
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Lines of `kubectl get po -l <selector> --no-headers` showing `1/1 Running`.
+    pub fn running_pods(&self, selector: &str) -> Vec<String> {
+        let out = self.kubectl(&["get", "po", "-l", selector, "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| {
+                l.split_whitespace().nth(1) == Some("1/1")
+                    && l.split_whitespace().nth(2) == Some("Running")
+            })
+            .map(str::to_string)
+            .collect()
+    }
+}

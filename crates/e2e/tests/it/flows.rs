@@ -1,0 +1,179 @@
+//! The seed's flow and what users do with it: kubectl creates the nginx Deployment and a pod
+//! reaches `1/1 Running`; the scripted nginx end-to-end; node loss; apiserver restart.
+
+use std::time::Duration;
+
+use rkube_e2e::{wait_for, workspace_root, Cluster, Opts};
+
+const T: Duration = Duration::from_secs(60);
+
+/// `kubectl apply` of a Deployment `name` (label `app=<name>`). (`kubectl create deployment`
+/// sends protobuf, which rkube does not decode yet.)
+fn apply_deployment(c: &Cluster, name: &str, replicas: u32) {
+    let path = c.dir.path().join(format!("{name}.yml"));
+    std::fs::write(&path, format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: {name}, image: \"nginx:1.14.2\"}}]}}\n"
+    )).unwrap();
+    c.kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+}
+
+fn opts(nodes: usize) -> Opts {
+    Opts {
+        nodes,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_nginx_and_the_pod_runs_through_every_component() {
+    let c = Cluster::start(opts(3)).await;
+    let creates_before = c
+        .metric("store", "rkube_store_txn_total", "shape=\"create\"")
+        .await;
+    c.kubectl_ok(&["create", "-f", "e2e/nginx.yml"]);
+    let pods = wait_for("nginx 1/1 Running", T, || async {
+        let p = c.running_pods("app=nginx");
+        (p.len() == 1).then_some(p)
+    })
+    .await;
+    let cols: Vec<&str> = pods[0].split_whitespace().collect();
+    assert!(cols[0].starts_with("nginx-deployment-"), "{}", pods[0]);
+    assert_eq!(&cols[1..4], ["1/1", "Running", "0"]);
+    // Deployment, ReplicaSet, Pod (and events) were created as `Txn If mod_revision==0`.
+    let creates = c
+        .metric("store", "rkube_store_txn_total", "shape=\"create\"")
+        .await;
+    assert!(
+        creates >= creates_before + 3.0,
+        "creates {creates_before} -> {creates}"
+    );
+    let wide = c.kubectl_ok(&["get", "po", "-l", "app=nginx", "-o", "wide"]);
+    assert!(wide.contains("node-"), "{wide}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripted_nginx_end_to_end_passes() {
+    let c = Cluster::start(opts(3)).await;
+    let out = std::process::Command::new("bash")
+        .arg(workspace_root().join("scripts/e2e-nginx.sh"))
+        .env("KUBECONFIG", &c.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2e-nginx.sh failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("all steps passed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_is_tainted_its_pods_move_and_it_comes_back() {
+    let fast = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut c = Cluster::start(Opts {
+        nodes: 3,
+        controller_manager: fast(&[
+            "--node-monitor-grace-period",
+            "2s",
+            "--node-monitor-period",
+            "200ms",
+        ]),
+        kubelet: fast(&["--node-lease-duration", "2s"]),
+        ..Default::default()
+    })
+    .await;
+    // Three replicas that tolerate an unreachable node for 1 s only.
+    let manifest = c.dir.path().join("web.yml");
+    std::fs::write(&manifest, r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 1}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 1}
+      containers: [{name: web, image: nginx:1.14.2}]
+"#).unwrap();
+    c.kubectl_ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let pods = wait_for("3 running", T, || async {
+        let p = c.running_pods("app=web");
+        (p.len() == 3).then_some(p)
+    })
+    .await;
+    let victim_pod = pods[0].split_whitespace().next().unwrap().to_string();
+    let node = c.kubectl_ok(&["get", "po", &victim_pod, "-o", "jsonpath={.spec.nodeName}"]);
+    // Freeze the node's kubelet, then kill it.
+    c.signal(&node, "STOP");
+    wait_for("the node NotReady", T, || async {
+        let line = c.kubectl_ok(&["get", "node", &node, "--no-headers"]);
+        line.contains("NotReady").then_some(())
+    })
+    .await;
+    c.signal(&node, "KILL");
+    let taints = c.kubectl_ok(&["get", "node", &node, "-o", "jsonpath={.spec.taints[*].key}"]);
+    assert!(
+        taints.contains("node.kubernetes.io/unreachable"),
+        "{taints}"
+    );
+    // The pod there is evicted and replaced elsewhere: 3 Running on the other nodes.
+    wait_for("3 running on other nodes", T, || async {
+        let wide = c.kubectl_ok(&["get", "po", "-l", "app=web", "-o", "wide", "--no-headers"]);
+        let running: Vec<&str> = wide
+            .lines()
+            .filter(|l| l.contains(" Running ") && l.contains("1/1"))
+            .collect();
+        (running.len() == 3 && running.iter().all(|l| !l.contains(&format!(" {node} "))))
+            .then_some(())
+    })
+    .await;
+    // The kubelet comes back: the node is Ready and untainted again.
+    c.kill(&node).await;
+    c.start_proc(&node).await;
+    wait_for("the node Ready again", T, || async {
+        let line = c.kubectl_ok(&["get", "node", &node, "--no-headers"]);
+        let taints = c.kubectl_ok(&["get", "node", &node, "-o", "jsonpath={.spec.taints}"]);
+        (line.split_whitespace().nth(1) == Some("Ready") && !taints.contains("unreachable"))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_resume_their_watches_after_an_apiserver_restart_without_relisting() {
+    let mut c = Cluster::start(opts(2)).await;
+    apply_deployment(&c, "before", 2);
+    wait_for("2 running", T, || async {
+        (c.running_pods("app=before").len() == 2).then_some(())
+    })
+    .await;
+    let components = ["controller-manager", "scheduler", "node-1", "node-2"];
+    let mut relists = 0.0;
+    for n in components {
+        relists += c.metric(n, "reflector_relists_total", "").await;
+    }
+    assert_eq!(relists, 0.0);
+    c.stop("apiserver").await;
+    c.start_proc("apiserver").await;
+    // Everything still flows, through watches resumed from their last resourceVersions.
+    apply_deployment(&c, "after", 2);
+    wait_for("2 more running", T, || async {
+        (c.running_pods("app=after").len() == 2).then_some(())
+    })
+    .await;
+    let mut watches = 0.0;
+    for n in components {
+        assert_eq!(
+            c.metric(n, "reflector_relists_total", "").await,
+            0.0,
+            "{n} re-listed"
+        );
+        watches += c.metric(n, "reflector_watches_total", "").await;
+    }
+    assert!(watches > 0.0);
+}

@@ -1,0 +1,3 @@
+//! End-to-end tests on the real binaries as processes (see `rkube_e2e::Cluster`).
+
+mod flows;
