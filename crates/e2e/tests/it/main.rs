@@ -1,3 +1,4 @@
 //! End-to-end tests on the real binaries as processes (see `rkube_e2e::Cluster`).
 
+mod compose;
 mod flows;

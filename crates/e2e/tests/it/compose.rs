@@ -1,0 +1,195 @@
+//! `docker compose`: the image builds without pulling, the stack comes up with its health
+//! checks and start ordering, the scripted nginx end-to-end passes against it, and in the
+//! `etcd` profile the cluster keeps serving after one of three etcd members is killed. Reports
+//! itself skipped (with the reason) where no Docker engine or compose tool is present.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use rkube_e2e::{free_port, wait_for, workspace_root};
+
+/// `docker compose` (v2) or `docker-compose` (v1), if an engine answers.
+fn compose() -> Result<Vec<String>, String> {
+    let engine = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output();
+    match engine {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            return Err(format!(
+                "no Docker engine: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+        Err(e) => return Err(format!("no docker command: {e}")),
+    }
+    if Command::new("docker")
+        .args(["compose", "version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Ok(vec!["docker".into(), "compose".into()]);
+    }
+    if Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Ok(vec!["docker-compose".into()]);
+    }
+    Err("neither `docker compose` nor `docker-compose` is installed".into())
+}
+
+struct Stack {
+    cmd: Vec<String>,
+    project: String,
+    env: Vec<(String, String)>,
+    profile: Option<&'static str>,
+}
+
+impl Stack {
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(&self.cmd[0]);
+        c.args(&self.cmd[1..]).args(["-p", &self.project]);
+        if let Some(p) = self.profile {
+            c.args(["--profile", p]);
+        }
+        c.args(args)
+            .current_dir(workspace_root())
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        c.output().expect("compose runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "compose {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = self.run(&["down", "-v", "--remove-orphans"]);
+    }
+}
+
+fn kubectl(server: &str, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("kubectl")
+}
+
+async fn wait_cluster(server: &str) {
+    wait_for(
+        "3 nodes Ready in the compose stack",
+        Duration::from_secs(180),
+        || async {
+            let o = kubectl(server, &["get", "nodes", "--no-headers"]);
+            let text = String::from_utf8_lossy(&o.stdout).to_string();
+            (text
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+                .count()
+                == 3)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
+    let cmd = match compose() {
+        Ok(c) => c,
+        Err(reason) => {
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+    let image = Command::new("bash")
+        .arg(workspace_root().join("scripts/image.sh"))
+        .arg("--debug")
+        .output()
+        .unwrap();
+    assert!(
+        image.status.success(),
+        "image.sh: {}",
+        String::from_utf8_lossy(&image.stderr)
+    );
+
+    // rkube-store profile: the scripted nginx end-to-end.
+    let port = free_port();
+    let server = format!("http://127.0.0.1:{port}");
+    let stack = Stack {
+        cmd: cmd.clone(),
+        project: format!("rkube-e2e-{}", std::process::id()),
+        env: vec![("RKUBE_API_PORT".into(), port.to_string())],
+        profile: None,
+    };
+    stack.ok(&["up", "-d"]);
+    wait_cluster(&server).await;
+    let e2e = Command::new("bash")
+        .arg(workspace_root().join("scripts/e2e-nginx.sh"))
+        .args(["--server", &server])
+        .output()
+        .unwrap();
+    assert!(
+        e2e.status.success(),
+        "e2e-nginx.sh against compose:\n{}\n{}",
+        String::from_utf8_lossy(&e2e.stdout),
+        String::from_utf8_lossy(&e2e.stderr)
+    );
+    drop(stack);
+
+    // etcd profile: three members; one killed, the cluster still serves reads and writes.
+    let port = free_port();
+    let server = format!("http://127.0.0.1:{port}");
+    let stack = Stack {
+        cmd,
+        project: format!("rkube-e2e-etcd-{}", std::process::id()),
+        env: vec![
+            ("RKUBE_API_PORT".into(), port.to_string()),
+            (
+                "RKUBE_ETCD_SERVERS".into(),
+                "http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379".into(),
+            ),
+        ],
+        profile: Some("etcd"),
+    };
+    stack.ok(&["up", "-d"]);
+    wait_cluster(&server).await;
+    let o = kubectl(&server, &["apply", "-f", "e2e/nginx.yml"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    stack.ok(&["kill", "etcd-2"]);
+    let cm = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        cm.path(),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: after-loss}\ndata: {k: v}\n",
+    )
+    .unwrap();
+    let cm_path = cm.path().to_str().unwrap().to_string();
+    wait_for(
+        "writes and the nginx pod with one etcd member down",
+        Duration::from_secs(120),
+        || async {
+            let wrote = kubectl(&server, &["apply", "-f", &cm_path])
+                .status
+                .success();
+            let pods = String::from_utf8_lossy(
+                &kubectl(&server, &["get", "po", "-l", "app=nginx", "--no-headers"]).stdout,
+            )
+            .to_string();
+            (wrote && pods.contains("1/1") && pods.contains("Running")).then_some(())
+        },
+    )
+    .await;
+}
