@@ -52,6 +52,8 @@ pub struct Recorder {
     rate: Option<Arc<TokenBucket>>,
 }
 
+static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 const SPAM_BURST: u32 = 25;
 const SPAM_QPS: f32 = 1.0 / 300.0;
 
@@ -70,7 +72,7 @@ impl Recorder {
                 component: Some(component.to_string()),
                 host: host.map(str::to_string),
             },
-            seen: HashMap::new(),
+            seen: Mutex::new(HashMap::new()),
         };
         tokio::spawn(sender.run(rx, shutdown));
         Recorder {
@@ -153,7 +155,15 @@ impl Recorder {
             message,
         };
         if self.tx.try_send(p).is_err() {
-            tracing::warn!(reason, "event dropped: recorder queue full");
+            // Like upstream's broadcaster: drop rather than block the caller; say so sparingly.
+            let n = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n % 1000 == 0 {
+                tracing::warn!(
+                    reason,
+                    dropped = n + 1,
+                    "events dropped: recorder queue full"
+                );
+            }
         }
     }
 }
@@ -173,23 +183,35 @@ struct Sender {
     client: Client,
     source: EventSource,
     /// aggregation key → (event namespace, event name, count)
-    seen: HashMap<Key, (String, String, i32)>,
+    seen: Mutex<HashMap<Key, (String, String, i32)>>,
 }
 
+/// Events written at once: enough for a scheduler binding thousands of pods a second.
+const IN_FLIGHT: usize = 32;
+
 impl Sender {
-    async fn run(mut self, mut rx: mpsc::Receiver<Pending>, shutdown: CancellationToken) {
+    async fn run(self, mut rx: mpsc::Receiver<Pending>, shutdown: CancellationToken) {
+        let me = Arc::new(self);
+        let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         loop {
             let p = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 p = rx.recv() => match p { Some(p) => p, None => return },
             };
-            if let Err(e) = self.send(p).await {
-                tracing::warn!(error = %e, "could not write event");
-            }
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let me = me.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.send(p).await {
+                    tracing::warn!(error = %e, "could not write event");
+                }
+                drop(permit);
+            });
         }
     }
 
-    async fn send(&mut self, p: Pending) -> Result<(), crate::Error> {
+    async fn send(&self, p: Pending) -> Result<(), crate::Error> {
         let r = &p.regarding;
         let ns = r
             .namespace
@@ -216,18 +238,22 @@ impl Sender {
                 .or_else(|| self.source.host.clone()),
         };
         let api: Api<Event> = Api::namespaced(&self.client, &ns);
-        if let Some((ens, name, count)) = self.seen.get(&key).cloned() {
+        let known = self.seen.lock().unwrap().get(&key).cloned();
+        if let Some((ens, name, count)) = known {
             let patch = json!({"count": count + 1, "lastTimestamp": Time(now)});
             match Api::<Event>::namespaced(&self.client, &ens)
                 .patch(&name, &Patch::Merge(patch))
                 .await
             {
                 Ok(_) => {
-                    self.seen.insert(key, (ens, name, count + 1));
+                    self.seen
+                        .lock()
+                        .unwrap()
+                        .insert(key, (ens, name, count + 1));
                     return Ok(());
                 }
                 Err(e) if e.is_not_found() => {
-                    self.seen.remove(&key);
+                    self.seen.lock().unwrap().remove(&key);
                 }
                 Err(e) => return Err(e),
             }
@@ -257,10 +283,11 @@ impl Sender {
             ..Default::default()
         };
         api.create(&ev).await?;
-        if self.seen.len() >= 4096 {
-            self.seen.clear();
+        let mut seen = self.seen.lock().unwrap();
+        if seen.len() >= 4096 {
+            seen.clear();
         }
-        self.seen.insert(key, (ns, name, 1));
+        seen.insert(key, (ns, name, 1));
         Ok(())
     }
 }

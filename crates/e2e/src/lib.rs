@@ -50,10 +50,14 @@ pub use rkube_client::wait::wait_for;
 #[derive(Clone, Debug, Default)]
 pub struct Opts {
     pub nodes: usize,
+    /// A real etcd 3.4 (Debian's `etcd`, or `$RKUBE_ETCD_BIN`) in place of rkube-store.
+    pub etcd: bool,
     pub apiserver: Vec<String>,
     pub controller_manager: Vec<String>,
     pub scheduler: Vec<String>,
     pub kubelet: Vec<String>,
+    /// Further kubelet-agent processes: (node name, extra flags).
+    pub extra_nodes: Vec<(String, Vec<String>)>,
 }
 
 struct Proc {
@@ -106,17 +110,49 @@ impl Cluster {
             dir,
         };
         let data = c.dir.path().join("store");
-        c.add(
-            "store",
-            "rkube-store",
-            vec![
-                "--data-dir".into(),
-                data.to_str().unwrap().into(),
-                "--listen-client-urls".into(),
-                store_url.clone(),
-            ],
-            format!("{store_url}/health"),
-        );
+        if opts.etcd {
+            let peer = format!("http://127.0.0.1:{}", free_port());
+            let args = [
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--listen-client-urls",
+                &store_url,
+                "--advertise-client-urls",
+                &store_url,
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+                "--initial-cluster",
+                &format!("default={peer}"),
+                "--name",
+                "default",
+                "--experimental-watch-progress-notify-interval",
+                "1s",
+            ];
+            let etcd = std::env::var("RKUBE_ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+            c.procs.insert(
+                "store".into(),
+                Proc {
+                    args: args.iter().map(|s| s.to_string()).collect(),
+                    bin: PathBuf::from(etcd),
+                    child: None,
+                    health: format!("{store_url}/health"),
+                },
+            );
+        } else {
+            c.add(
+                "store",
+                "rkube-store",
+                vec![
+                    "--data-dir".into(),
+                    data.to_str().unwrap().into(),
+                    "--listen-client-urls".into(),
+                    store_url.clone(),
+                ],
+                format!("{store_url}/health"),
+            );
+        }
         c.start_proc("store").await;
         let mut args = vec![
             "--etcd-servers".into(),
@@ -151,26 +187,30 @@ impl Cluster {
             c.add(name, bin, args, format!("http://127.0.0.1:{port}/readyz"));
             c.start_proc(name).await;
         }
-        for i in 1..=opts.nodes.max(1) {
+        let mut nodes: Vec<(String, Vec<String>)> = (1..=opts.nodes.max(1))
+            .map(|i| (format!("node-{i}"), opts.kubelet.clone()))
+            .collect();
+        nodes.extend(opts.extra_nodes.iter().cloned());
+        for (index, (name, extra)) in nodes.into_iter().enumerate() {
             let port = free_port();
-            let mut args = vec![
+            let mut args: Vec<String> = vec![
                 "--kubeconfig".into(),
                 kc.clone(),
                 "--node-name".into(),
-                format!("node-{i}"),
+                name.clone(),
                 "--node-index".into(),
-                (i - 1).to_string(),
+                index.to_string(),
                 "--port".into(),
                 port.to_string(),
             ];
-            args.extend(opts.kubelet.clone());
+            args.extend(extra);
             c.add(
-                &format!("node-{i}"),
+                &name,
                 "rkube-kubelet-agent",
                 args,
                 format!("http://127.0.0.1:{port}/readyz"),
             );
-            c.start_proc(&format!("node-{i}")).await;
+            c.start_proc(&name).await;
         }
         c
     }

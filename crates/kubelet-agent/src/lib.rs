@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use rkube_client::events::Recorder;
 use rkube_client::informer::Change;
@@ -44,6 +45,8 @@ pub struct Config {
     pub lease_duration: Duration,
     pub stages: Stages,
     pub watch_bookmarks: bool,
+    /// Each pod watch asks for a timeout in [this, 2×this] (client-go: 5 min).
+    pub watch_timeout: Duration,
     /// The address other components reach this agent's HTTP server on (`InternalIP`).
     pub node_ip: String,
     /// The port advertised as `daemonEndpoints.kubeletEndpoint.Port`; 0 = the listener's.
@@ -69,6 +72,7 @@ impl Config {
             lease_duration: Duration::from_secs(40),
             stages: Stages::fast(),
             watch_bookmarks: true,
+            watch_timeout: Duration::from_secs(300),
             node_ip: "127.0.0.1".into(),
             port: 0,
             event_qps: 50.0,
@@ -135,10 +139,12 @@ pub async fn run(
     };
     let _ = running;
 
-    let mut registered = 0usize;
-    for (i, name) in config.node_names().into_iter().enumerate() {
-        let spec = NodeSpec {
-            name: name.clone(),
+    let specs: Vec<NodeSpec> = config
+        .node_names()
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| NodeSpec {
+            name,
             index: config.node_index + i,
             cpu: config.cpu.clone(),
             memory: config.memory.clone(),
@@ -149,20 +155,37 @@ pub async fn run(
             port,
             lease_duration: config.lease_duration,
             status_update_frequency: config.status_update_frequency,
-        };
-        // Registration retries until the apiserver answers.
-        let node = loop {
-            match node::register(&client, &spec).await {
-                Ok(n) => break n,
-                Err(e) => {
-                    tracing::warn!(node = %name, error = %e, "node registration failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        })
+        .collect();
+    // Nodes register concurrently; each retries until the apiserver answers.
+    let registrations = futures_util::stream::iter(specs)
+        .map(|spec| {
+            let client = client.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                loop {
+                    match node::register(&client, &spec).await {
+                        Ok(n) => return Some((spec, n)),
+                        Err(e) => {
+                            tracing::warn!(node = %spec.name, error = %e, "node registration failed; retrying");
+                            tokio::select! {
+                                _ = shutdown.cancelled() => return None,
+                                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                            }
+                        }
                     }
                 }
             }
-        };
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
+    let mut registered = 0usize;
+    for (spec, node) in registrations.into_iter().flatten() {
+        let name = spec.name.clone();
         registered += 1;
         let uid = node.metadata.uid.clone().unwrap_or_default();
         tokio::spawn(node::lease_loop(
@@ -186,6 +209,7 @@ pub async fn run(
         );
         let opts = Options {
             bookmarks: config.watch_bookmarks,
+            min_watch_timeout: config.watch_timeout,
             ..Default::default()
         };
         let inf = Informer::with_options(

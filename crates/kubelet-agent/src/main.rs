@@ -44,6 +44,9 @@ struct Flags {
     stages: String,
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     watch_bookmarks: bool,
+    /// The shortest timeout a pod watch asks for (each picks one in [t, 2t]); client-go uses 5m.
+    #[arg(long, default_value = "5m")]
+    watch_timeout: GoDuration,
     /// The address the node(s) advertise as InternalIP (where this server is reachable).
     #[arg(long, default_value = "127.0.0.1")]
     node_ip: String,
@@ -82,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
     config.stages =
         rkube_kubelet_agent::stages::Stages::load(&f.stages).map_err(anyhow::Error::msg)?;
     config.watch_bookmarks = f.watch_bookmarks;
+    config.watch_timeout = f.watch_timeout.into();
     config.node_ip = f.node_ip;
     config.port = f.port;
     config.event_qps = f.event_qps;

@@ -38,6 +38,10 @@ pub struct Config {
     /// 0: upstream's adaptive percentage.
     pub percentage_of_nodes_to_score: u32,
     pub scheduler_name: String,
+    /// Events per second (Scheduled, FailedScheduling); 0 = unlimited. Over it, events are
+    /// dropped rather than slow binding down (upstream's events share the client's 50 qps).
+    pub event_qps: f32,
+    pub event_burst: u32,
 }
 
 impl Config {
@@ -47,6 +51,8 @@ impl Config {
             leader: None,
             percentage_of_nodes_to_score: 0,
             scheduler_name: DEFAULT_SCHEDULER.into(),
+            event_qps: 50.0,
+            event_burst: 100,
         }
     }
 }
@@ -225,7 +231,8 @@ impl Scheduler {
             _ = async { nodes.wait_synced().await; pods.wait_synced().await } => {}
         }
         tracing::info!(nodes = nodes.len(), "caches synced; scheduling");
-        let recorder = Recorder::new(&self.client, DEFAULT_SCHEDULER, None, shutdown.clone());
+        let recorder = Recorder::new(&self.client, DEFAULT_SCHEDULER, None, shutdown.clone())
+            .with_rate(self.config.event_qps, self.config.event_burst);
         {
             let q = self.queue.clone();
             let s = shutdown.clone();

@@ -20,6 +20,11 @@ struct Flags {
     /// Percentage of nodes to find feasible before scoring; 0 picks it from the cluster size.
     #[arg(long, default_value_t = 0)]
     percentage_of_nodes_to_score: u32,
+    /// Events per second; over it events are dropped. 0 = unlimited.
+    #[arg(long, default_value_t = 50.0)]
+    event_qps: f32,
+    #[arg(long, default_value_t = 100)]
+    event_burst: u32,
 }
 
 #[tokio::main]
@@ -31,6 +36,8 @@ async fn main() -> anyhow::Result<()> {
         rkube_client::leader::Settings::timed("kube-scheduler", lease, renew, retry)
     });
     config.percentage_of_nodes_to_score = f.percentage_of_nodes_to_score;
+    config.event_qps = f.event_qps;
+    config.event_burst = f.event_burst;
     let addr = format!("{}:{}", f.bind_address, f.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

@@ -2,3 +2,4 @@
 
 mod compose;
 mod flows;
+mod resilience;
