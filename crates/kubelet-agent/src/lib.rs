@@ -183,6 +183,7 @@ pub async fn run(
     if shutdown.is_cancelled() {
         return Ok(());
     }
+    let writes = Arc::new(tokio::sync::Semaphore::new(64));
     let mut registered = 0usize;
     for (spec, node) in registrations.into_iter().flatten() {
         let name = spec.name.clone();
@@ -206,6 +207,7 @@ pub async fn run(
             stages.clone(),
             sims.clone(),
             status_writes.clone(),
+            writes.clone(),
         );
         let opts = Options {
             bookmarks: config.watch_bookmarks,

@@ -36,6 +36,9 @@ pub struct NodeRuntime {
     /// `ns/name` → the pod's simulation, for logs.
     pub sims: Arc<Mutex<HashMap<String, SimHandle>>>,
     pub status_writes: rkube_daemon::metrics::Counter,
+    /// API writes in flight across every node of the process: thousands of pod workers share
+    /// a bounded number of connections instead of opening one each.
+    pub writes: Arc<tokio::sync::Semaphore>,
 }
 
 impl NodeRuntime {
@@ -46,6 +49,7 @@ impl NodeRuntime {
         stages: Arc<Stages>,
         sims: Arc<Mutex<HashMap<String, SimHandle>>>,
         status_writes: rkube_daemon::metrics::Counter,
+        writes: Arc<tokio::sync::Semaphore>,
     ) -> Arc<Self> {
         Arc::new(NodeRuntime {
             client,
@@ -57,6 +61,7 @@ impl NodeRuntime {
             workers: Mutex::default(),
             sims,
             status_writes,
+            writes,
         })
     }
 
@@ -175,7 +180,10 @@ impl NodeRuntime {
             let status = serde_json::to_value(&status).expect("status");
             if last_sent.as_ref() != Some(&status) {
                 let patch = Patch::Merge(json!({"status": status}));
-                match api.patch_status(&name, &patch).await {
+                let permit = self.writes.acquire().await;
+                let written = api.patch_status(&name, &patch).await;
+                drop(permit);
+                match written {
                     Ok(_) => {
                         self.status_writes.inc();
                         last_sent = Some(status);
@@ -193,10 +201,12 @@ impl NodeRuntime {
                 && !deleted_api
             {
                 // The terminal status is written: remove the object.
-                match api
+                let permit = self.writes.acquire().await;
+                let deleted = api
                     .delete(&name, &DeleteParams::with_uid(&uid).grace(0))
-                    .await
-                {
+                    .await;
+                drop(permit);
+                match deleted {
                     Ok(_) => deleted_api = true,
                     Err(e) if e.is_not_found() || e.code() == Some(409) => break,
                     Err(e) => {

@@ -95,7 +95,13 @@ pub struct Scheduler {
     queue: Arc<SchedulingQueue>,
     next_start: AtomicUsize,
     m: Metrics,
+    /// Bindings in flight: backpressure for the scheduling loop, and a bounded number of
+    /// connections to the apiserver.
+    binds: Arc<tokio::sync::Semaphore>,
 }
+
+/// Bindings in flight at once.
+const MAX_BINDS_IN_FLIGHT: usize = 64;
 
 impl Scheduler {
     pub fn new(config: Config, client: Client, metrics: Arc<Registry>) -> Arc<Self> {
@@ -141,6 +147,7 @@ impl Scheduler {
             queue,
             next_start: AtomicUsize::new(0),
             m,
+            binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
         })
     }
 
@@ -325,11 +332,15 @@ impl Scheduler {
         match picked {
             Ok(node) => {
                 self.cache.lock().unwrap().assume(key, &pod, &node);
+                let Ok(permit) = self.binds.clone().acquire_owned().await else {
+                    return;
+                };
                 let me = self.clone();
                 let recorder = recorder.clone();
                 let (key, ns, name) = (key.to_string(), ns.to_string(), name.to_string());
                 // Bind in the background; the next pod is scheduled meanwhile.
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let api: Api<Pod> = Api::namespaced(&me.client, &ns);
                     let binding = json!({"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},

@@ -24,8 +24,9 @@ pub const R_MEMORY: Reason = "Insufficient memory";
 pub const R_PODS: Reason = "Too many pods";
 pub const R_NOT_READY: Reason = "node(s) were not ready";
 
-fn labels(info: &NodeInfo) -> BTreeMap<String, String> {
-    info.node.metadata.labels.clone().unwrap_or_default()
+fn labels(info: &NodeInfo) -> &BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    info.node.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }
 
 fn taints(info: &NodeInfo) -> &[Taint] {
@@ -149,7 +150,7 @@ pub fn filter(p: &Pod, info: &NodeInfo, req: &Resources) -> Result<(), Vec<Reaso
         if !r
             .node_selector_terms
             .iter()
-            .any(|t| term_matches(t, &l, name))
+            .any(|t| term_matches(t, l, name))
         {
             return Err(vec![R_AFFINITY]);
         }
@@ -267,7 +268,7 @@ pub fn raw_scores(p: &Pod, info: &NodeInfo, nonzero: &Resources) -> Raw {
         .map(|prefs| {
             prefs
                 .iter()
-                .filter(|pt| term_matches(&pt.preference, &l, info.name()))
+                .filter(|pt| term_matches(&pt.preference, l, info.name()))
                 .map(|pt| i64::from(pt.weight))
                 .sum()
         })
