@@ -252,20 +252,24 @@ async fn main() -> anyhow::Result<()> {
     let (_api, base) = start_apiserver(&b("rkube-apiserver"), &store.url).await?;
     let port = free_port();
     let t0 = Instant::now();
+    let agent_args: Vec<String> = [
+        "--server",
+        &base,
+        "--nodes",
+        &f.kubelet_nodes.to_string(),
+        "--node-name",
+        "sim",
+        "--port",
+        &port.to_string(),
+        "--max-pods",
+        "200",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let agent = spawn(
         &b("rkube-kubelet-agent"),
-        &[
-            "--server".into(),
-            base.clone(),
-            "--nodes".into(),
-            f.kubelet_nodes.to_string(),
-            "--node-name".into(),
-            "sim".into(),
-            "--port".into(),
-            port.to_string(),
-            "--max-pods".into(),
-            "200".into(),
-        ],
+        &agent_args,
         &format!("http://127.0.0.1:{port}/readyz"),
     )
     .await?;
@@ -344,18 +348,7 @@ async fn main() -> anyhow::Result<()> {
     let t1 = Instant::now();
     let agent = spawn(
         &b("rkube-kubelet-agent"),
-        &[
-            "--server".into(),
-            base.clone(),
-            "--nodes".into(),
-            f.kubelet_nodes.to_string(),
-            "--node-name".into(),
-            "sim".into(),
-            "--port".into(),
-            port.to_string(),
-            "--max-pods".into(),
-            "200".into(),
-        ],
+        &agent_args,
         &format!("http://127.0.0.1:{port}/readyz"),
     )
     .await?;
