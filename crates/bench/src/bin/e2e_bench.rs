@@ -32,6 +32,12 @@ struct Flags {
     big_nodes: usize,
     #[arg(long, default_value = "docs/benchmarks.md")]
     out: PathBuf,
+    /// Run only the bookmark scenario.
+    #[arg(long)]
+    bookmarks_only: bool,
+    /// How long the bookmark scenario churns.
+    #[arg(long, default_value_t = 60)]
+    churn_secs: u64,
 }
 
 struct Proc {
@@ -378,9 +384,153 @@ fn svg(curve: &[(f64, usize)], total: usize, title: &str) -> String {
     )
 }
 
+async fn metric_sum(url: &str, name: &str) -> f64 {
+    let Ok(r) = reqwest::get(url).await else {
+        return 0.0;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The seed's bookmark scenario: quiet nodes (10 stable pods each) whose watches see nothing
+/// while another node churns pods; the apiserver keeps 10 s of history, each watch lasts
+/// 15–30 s. One agent process's nodes ask for bookmarks, another's do not. Returns
+/// (relists with, relists without, bytes of one quiet node's list, watches with, watches without).
+async fn bookmark_scenario(f: &Flags) -> anyhow::Result<(f64, f64, usize, f64, f64)> {
+    let b = |n: &str| f.bin_dir.join(n);
+    let storage = start_rkube_store(&b("rkube-store")).await?;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let _api = spawn(
+        "apiserver",
+        b("rkube-apiserver"),
+        [
+            "--etcd-servers",
+            &storage.url,
+            "--secure-port",
+            &port.to_string(),
+            "--watch-cache-history-window",
+            "10s",
+            "--watch-bookmark-interval",
+            "5s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        format!("{base}/readyz"),
+    )
+    .await?;
+    let agent = |name: &'static str, nodes: usize, index: usize, bookmarks: bool| {
+        let p = free_port();
+        let args: Vec<String> = [
+            "--server",
+            &base,
+            "--nodes",
+            &nodes.to_string(),
+            "--node-name",
+            name,
+            "--node-index",
+            &index.to_string(),
+            "--port",
+            &p.to_string(),
+            "--watch-timeout",
+            "15s",
+            "--watch-bookmarks",
+            if bookmarks { "true" } else { "false" },
+            "--event-qps",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        (
+            spawn(
+                name,
+                b("rkube-kubelet-agent"),
+                args,
+                format!("http://127.0.0.1:{p}/readyz"),
+            ),
+            format!("http://127.0.0.1:{p}/metrics"),
+        )
+    };
+    let (busy, _) = agent("busy", 1, 0, true);
+    let _busy = busy.await?;
+    let (on, on_metrics) = agent("quiet-on", 20, 10, true);
+    let _on = on.await?;
+    let (off, off_metrics) = agent("quiet-off", 20, 40, false);
+    let _off = off.await?;
+    let http = reqwest::Client::new();
+    let url = format!("{base}/api/v1/namespaces/default/pods");
+    for (prefix, nodes) in [("quiet-on", 20), ("quiet-off", 20)] {
+        for n in 0..nodes {
+            for i in 0..10 {
+                let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("{prefix}-{n}-{i}"), "labels": {"app": "quiet"}},
+                    "spec": {"nodeName": format!("{prefix}-{n}"), "containers": [{"name": "nginx", "image": "nginx:1.14.2"}]}});
+                http.post(&url).json(&p).send().await?;
+            }
+        }
+    }
+    let list_bytes = http
+        .get(format!(
+            "{base}/api/v1/pods?fieldSelector=spec.nodeName%3Dquiet-off-0"
+        ))
+        .send()
+        .await?
+        .bytes()
+        .await?
+        .len();
+    let (r_on0, r_off0) = (
+        metric_sum(&on_metrics, "reflector_relists_total").await,
+        metric_sum(&off_metrics, "reflector_relists_total").await,
+    );
+    println!("  churning pods on another node for {} s…", f.churn_secs);
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    while t0.elapsed() < Duration::from_secs(f.churn_secs) {
+        let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("churn-{i}")},
+            "spec": {"nodeName": "busy", "containers": [{"name": "c", "image": "nginx:1.14.2"}]}});
+        http.post(&url).json(&p).send().await?;
+        if i >= 20 {
+            http.delete(format!("{url}/churn-{}", i - 20))
+                .send()
+                .await?;
+        }
+        i += 1;
+        if i % 500 == 0 {
+            println!("    {:.0}s  {i} pods churned", t0.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await; // pacing: ~100 pods/s
+    }
+    let on = metric_sum(&on_metrics, "reflector_relists_total").await - r_on0;
+    let off = metric_sum(&off_metrics, "reflector_relists_total").await - r_off0;
+    let w_on = metric_sum(&on_metrics, "reflector_watches_total").await;
+    let w_off = metric_sum(&off_metrics, "reflector_watches_total").await;
+    Ok((on, off, list_bytes, w_on, w_off))
+}
+
+async fn bookmark_section(f: &Flags) -> anyhow::Result<()> {
+    println!("== bookmark scenario");
+    let (on, off, bytes, w_on, w_off) = bookmark_scenario(f).await?;
+    println!("  relists: {on} with bookmarks, {off} without ({bytes} bytes per quiet node's list)");
+    let body = format!(
+        "## Bookmarks on a quiet node (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \n20 quiet nodes with bookmarks and 20 without (two kubelet-agent processes; 10 stable pods per node) while another node churns ~100 pods/s for {} s;          the apiserver keeps 10 s of watch history and sends bookmarks every 5 s; each kubelet watch lasts 15–30 s.\n\n         | | watches opened | re-lists | bytes re-transferred by lists |\n|---|---|---|---|\n         | with bookmarks | {w_on} | {on} | {} |\n| without bookmarks | {w_off} | {off} | {} ({bytes} bytes per list) |\n\nTarget: 0 re-lists with bookmarks, ≥ 1 without.\n",
+        machine(), git_commit(), utc_now(), f.churn_secs, on as usize * bytes, off as usize * bytes
+    );
+    write_section(&f.out, "e2e-bookmarks", &body)?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let f = Flags::parse();
+    if f.bookmarks_only {
+        bookmark_section(&f).await?;
+        println!("wrote {}", f.out.display());
+        return Ok(());
+    }
     let mut rows = String::new();
     let mut big_rows = String::new();
     for (backend, etcd) in [("rkube-store", false), ("etcd 3.4", true)] {
@@ -460,6 +610,7 @@ async fn main() -> anyhow::Result<()> {
         machine(), git_commit(), utc_now(), f.big_replicas, f.big_nodes
     );
     write_section(&f.out, "e2e-bench", &body)?;
+    bookmark_section(&f).await?;
     println!("wrote {}", f.out.display());
     Ok(())
 }
