@@ -27,9 +27,36 @@ fn opts(nodes: usize) -> Opts {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_nginx_and_the_pod_runs_through_every_component() {
     let c = Cluster::start(opts(3)).await;
-    let creates_before = c
+    let before = c
         .metric("store", "rkube_store_txn_total", "shape=\"create\"")
         .await;
+    seed_flow(&c).await;
+    // Deployment, ReplicaSet, Pod (and events) were created as `Txn If mod_revision==0`.
+    let creates = c
+        .metric("store", "rkube_store_txn_total", "shape=\"create\"")
+        .await;
+    assert!(
+        creates >= before + 3.0,
+        "creates as txns: {before} -> {creates}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_nginx_and_the_pod_runs_on_etcd() {
+    if !etcd_wanted(true) {
+        return;
+    }
+    let c = Cluster::start(Opts {
+        nodes: 3,
+        etcd: true,
+        ..Default::default()
+    })
+    .await;
+    seed_flow(&c).await;
+}
+
+/// kubectl creates the seed's nginx Deployment; one pod shows `1/1 Running` on a node.
+async fn seed_flow(c: &Cluster) {
     c.kubectl_ok(&["create", "-f", "e2e/nginx.yml"]);
     let pods = wait_for("nginx 1/1 Running", T, || async {
         let p = c.running_pods("app=nginx");
@@ -39,14 +66,6 @@ async fn kubectl_creates_nginx_and_the_pod_runs_through_every_component() {
     let cols: Vec<&str> = pods[0].split_whitespace().collect();
     assert!(cols[0].starts_with("nginx-deployment-"), "{}", pods[0]);
     assert_eq!(&cols[1..4], ["1/1", "Running", "0"]);
-    // Deployment, ReplicaSet, Pod (and events) were created as `Txn If mod_revision==0`.
-    let creates = c
-        .metric("store", "rkube_store_txn_total", "shape=\"create\"")
-        .await;
-    assert!(
-        creates >= creates_before + 3.0,
-        "creates {creates_before} -> {creates}"
-    );
     let wide = c.kubectl_ok(&["get", "po", "-l", "app=nginx", "-o", "wide"]);
     assert!(wide.contains("node-"), "{wide}");
 }
@@ -68,11 +87,33 @@ async fn the_scripted_nginx_end_to_end_passes() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("all steps passed"));
 }
 
+/// False when the etcd variants are switched off (`RKUBE_SKIP_ETCD=1`).
+fn etcd_wanted(etcd: bool) -> bool {
+    if etcd && std::env::var("RKUBE_SKIP_ETCD").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: RKUBE_SKIP_ETCD=1");
+        return false;
+    }
+    true
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_is_tainted_its_pods_move_and_it_comes_back() {
+    node_loss(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_is_tainted_its_pods_move_and_it_comes_back_on_etcd() {
+    node_loss(true).await;
+}
+
+async fn node_loss(etcd: bool) {
+    if !etcd_wanted(etcd) {
+        return;
+    }
     let fast = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let mut c = Cluster::start(Opts {
         nodes: 3,
+        etcd,
         controller_manager: fast(&[
             "--node-monitor-grace-period",
             "2s",
@@ -146,7 +187,24 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_resume_their_watches_after_an_apiserver_restart_without_relisting() {
-    let mut c = Cluster::start(opts(2)).await;
+    apiserver_restart(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_resume_their_watches_after_an_apiserver_restart_without_relisting_on_etcd() {
+    apiserver_restart(true).await;
+}
+
+async fn apiserver_restart(etcd: bool) {
+    if !etcd_wanted(etcd) {
+        return;
+    }
+    let mut c = Cluster::start(Opts {
+        nodes: 2,
+        etcd,
+        ..Default::default()
+    })
+    .await;
     apply_deployment(&c, "before", 2);
     wait_for("2 running", T, || async {
         (c.running_pods("app=before").len() == 2).then_some(())
