@@ -149,7 +149,8 @@ impl NodeRuntime {
         self.sims.lock().unwrap().insert(key.clone(), sim.clone());
         let regarding = object_ref(&*pod);
         let mut pod = pod;
-        let mut last_sent: Option<serde_json::Value> = None;
+        // A hash of the last status written: ten thousand workers keep 8 bytes each, not a copy.
+        let mut last_sent: Option<u64> = None;
         let mut deleted_api = false;
         loop {
             // Deletion asked for: stop the containers within the grace period.
@@ -177,8 +178,14 @@ impl NodeRuntime {
             };
             self.record(&regarding, evs);
             let status = sim.lock().unwrap().status(&pod, &self.spec.ip);
-            let status = serde_json::to_value(&status).expect("status");
-            if last_sent.as_ref() != Some(&status) {
+            let bytes = serde_json::to_vec(&status).expect("status");
+            let digest = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut h);
+                h.finish()
+            };
+            if last_sent != Some(digest) {
                 let patch = Patch::Merge(json!({"status": status}));
                 let permit = self.writes.acquire().await;
                 let written = api.patch_status(&name, &patch).await;
@@ -186,7 +193,7 @@ impl NodeRuntime {
                 match written {
                     Ok(_) => {
                         self.status_writes.inc();
-                        last_sent = Some(status);
+                        last_sent = Some(digest);
                     }
                     Err(e) if e.is_not_found() || e.code() == Some(409) => break,
                     Err(e) => {
