@@ -1,5 +1,6 @@
-//! Legacy API discovery: `/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`, generated from
-//! the resource table, so clients such as kubectl can map kinds and short names to paths.
+//! API discovery, generated from the resource table so clients such as kubectl can map kinds
+//! and short names to paths: legacy (`/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`) and
+//! aggregated (`/api` and `/apis` as an `APIGroupDiscoveryList`, one round trip).
 
 use rkube_api::{resources, ResourceDef, RESOURCES};
 use serde_json::{json, Value};
@@ -32,8 +33,17 @@ fn resource_entry(r: &ResourceDef) -> Value {
     e
 }
 
-fn subresource_entry(r: &ResourceDef, sub: &str) -> Value {
-    let (kind, group, version, verbs): (&str, Option<&str>, Option<&str>, &[&str]) = match sub {
+/// (kind, group, version, verbs) of a subresource's response.
+fn subresource_kind<'a>(
+    r: &'a ResourceDef,
+    sub: &str,
+) -> (
+    &'a str,
+    Option<&'static str>,
+    Option<&'static str>,
+    &'static [&'static str],
+) {
+    match sub {
         "status" => (r.kind, None, None, &["get", "patch", "update"]),
         "scale" => (
             "Scale",
@@ -46,7 +56,11 @@ fn subresource_entry(r: &ResourceDef, sub: &str) -> Value {
         "log" => ("Pod", None, None, &["get"]),
         "finalize" => ("Namespace", None, None, &["update"]),
         _ => (r.kind, None, None, &["get"]),
-    };
+    }
+}
+
+fn subresource_entry(r: &ResourceDef, sub: &str) -> Value {
+    let (kind, group, version, verbs) = subresource_kind(r, sub);
     let mut e = json!({
         "name": format!("{}/{sub}", r.plural),
         "singularName": "",
@@ -116,9 +130,117 @@ pub fn group(name: &str) -> Option<Value> {
     )
 }
 
+/// The aggregated discovery content type for `version` (`v2` or `v2beta1`).
+pub fn aggregated_content_type(version: &str) -> String {
+    format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList")
+}
+
+/// Which aggregated discovery version an `Accept` header asks for, if any (v2 preferred).
+pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
+    let asks = |v: &str| {
+        accept.split(',').any(|media| {
+            let params: Vec<&str> = media.split(';').map(str::trim).collect();
+            params.contains(&"g=apidiscovery.k8s.io")
+                && params.contains(&"as=APIGroupDiscoveryList")
+                && params.contains(&format!("v={v}").as_str())
+        })
+    };
+    ["v2", "v2beta1"].into_iter().find(|v| asks(v))
+}
+
+/// `/api` (`core`) or `/apis` as an `APIGroupDiscoveryList`.
+pub fn aggregated(core: bool, version: &str) -> Value {
+    let mut items = Vec::new();
+    for (g, v) in resources::group_versions() {
+        if g.is_empty() != core {
+            continue;
+        }
+        let resources: Vec<Value> = RESOURCES
+            .iter()
+            .filter(|r| r.group == g && r.version == v)
+            .map(|r| {
+                let subs: Vec<Value> = r
+                    .subresources
+                    .iter()
+                    .map(|sub| {
+                        let (kind, sg, sv, verbs) = subresource_kind(r, sub);
+                        json!({"subresource": sub, "verbs": verbs,
+                            "responseKind": {"group": sg.unwrap_or(r.group), "version": sv.unwrap_or(r.version), "kind": kind}})
+                    })
+                    .collect();
+                let mut e = json!({
+                    "resource": r.plural,
+                    "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+                    "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": r.singular,
+                    "verbs": VERBS,
+                });
+                if !r.short_names.is_empty() {
+                    e["shortNames"] = json!(r.short_names);
+                }
+                if !r.categories.is_empty() {
+                    e["categories"] = json!(r.categories);
+                }
+                if !subs.is_empty() {
+                    e["subresources"] = json!(subs);
+                }
+                e
+            })
+            .collect();
+        let mut meta = json!({"creationTimestamp": null});
+        if !g.is_empty() {
+            meta["name"] = json!(g);
+        }
+        items.push(json!({"metadata": meta, "versions": [{"version": v, "resources": resources, "freshness": "Current"}]}));
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregated_discovery_has_every_group_with_kinds_and_subresources() {
+        let core = aggregated(true, "v2");
+        assert_eq!(core["apiVersion"], "apidiscovery.k8s.io/v2");
+        let res = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap();
+        let pods = res.iter().find(|r| r["resource"] == "pods").unwrap();
+        assert_eq!(pods["scope"], "Namespaced");
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert!(pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["subresource"] == "log"));
+        let apis = aggregated(false, "v2beta1");
+        let apps = apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["metadata"]["name"] == "apps")
+            .unwrap();
+        let d = apps["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .unwrap();
+        assert_eq!(
+            d["subresources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["subresource"] == "scale")
+                .unwrap()["responseKind"]["group"],
+            "autoscaling"
+        );
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(wants_aggregated(kubectl), Some("v2"));
+        assert_eq!(wants_aggregated("application/json"), None);
+    }
 
     #[test]
     fn core_resource_list_has_pods_and_subresources() {

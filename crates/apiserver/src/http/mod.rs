@@ -473,6 +473,24 @@ async fn delete_collection(
 
 pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
     if req.method() == Method::GET {
+        let path = req.uri().path().trim_end_matches('/');
+        let accept = req
+            .headers()
+            .get("accept")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if path == "/api" || path == "/apis" {
+            if let Some(v) = discovery::wants_aggregated(accept) {
+                let body = serde_json::to_vec(&discovery::aggregated(path == "/api", v))
+                    .unwrap_or_default();
+                return (
+                    StatusCode::OK,
+                    [("content-type", discovery::aggregated_content_type(v))],
+                    body,
+                )
+                    .into_response();
+            }
+        }
         if let Some(v) = discovery_doc(req.uri().path()) {
             return json_value(StatusCode::OK, &v);
         }
