@@ -392,9 +392,20 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
         mut initial: Option<Vec<K>>,
     ) -> Outcome {
         futures_util::pin_mut!(stream);
+        let started = Instant::now();
+        let mut received = 0usize;
         while let Some(ev) = stream.next().await {
+            received += 1;
             let ev = match ev {
                 Ok(ev) => ev,
+                // A broken streaming list is a failed list: its buffer is not a complete state.
+                Err(error) if initial.is_some() => {
+                    bump(&self.stats.errors);
+                    return Outcome::ListFailed {
+                        rv: String::new(),
+                        error,
+                    };
+                }
                 Err(e) => return self.watch_error(rv, e),
             };
             match ev {
@@ -454,6 +465,13 @@ impl<K: Resource, S: Sink<K>> Reflector<K, S> {
                     "watch ended before the initial-events-end bookmark".into(),
                 ),
             };
+        }
+        if received == 0 && started.elapsed() < Duration::from_secs(1) {
+            // client-go's VeryShortWatchError: a server or proxy that closes at once must not
+            // make us spin; back off as for any failure.
+            bump(&self.stats.errors);
+            let error = Error::Transport("very short watch: unexpected watch close - watch lasted less than a second and no items received".into());
+            return Outcome::WatchFailed { rv, error };
         }
         Outcome::WatchClosed { rv }
     }

@@ -205,10 +205,14 @@ impl NodeLifecycle {
             let mut node = (*node).clone();
             if let Some(conds) = stale_conditions(&node, renew, now, self.grace) {
                 tracing::info!(node = %name, "node stopped heartbeating; conditions set to Unknown");
-                let patch = Patch::Merge(json!({"status": {"conditions": conds}}));
+                // The resourceVersion makes it a precondition: a heartbeat that just arrived wins.
+                let rv = node.metadata.resource_version.clone();
+                let patch = Patch::Merge(
+                    json!({"metadata": {"resourceVersion": rv}, "status": {"conditions": conds}}),
+                );
                 match nodes_api.patch_status(&name, &patch).await {
                     Ok(n) => node = n,
-                    Err(e) if e.is_not_found() => continue,
+                    Err(e) if e.is_not_found() || e.is_conflict() => continue,
                     Err(e) => return Err(e),
                 }
                 self.recorder.normal(

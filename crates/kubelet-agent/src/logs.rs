@@ -140,7 +140,8 @@ async fn container_logs(
     }
     let mut all = lines(&image, &container, start, now);
     if let Some(s) = q.since_seconds.filter(|s| *s > 0) {
-        let from = now - k8s_openapi::chrono::Duration::seconds(s);
+        // Clamped: a huge value means "everything", not an overflow.
+        let from = now - k8s_openapi::chrono::Duration::seconds(s.min(10 * 365 * 86400));
         all.retain(|(at, _)| *at >= from);
     }
     if let Some(t) = q.tail_lines.filter(|t| *t >= 0) {
@@ -154,6 +155,8 @@ async fn container_logs(
     }
     // Follow: the lines so far, then each new one as it comes due, while the pod lives.
     let n = lines(&image, &container, start, now).len() as u64;
+    // A weak handle: the stream ends when the pod's worker (and the registry) let go of it.
+    let sim = Arc::downgrade(&sim);
     let stream = futures_util::stream::unfold((Some(head), n, sim), move |(first, n, sim)| {
         let image = image.clone();
         let container = container.clone();
@@ -165,7 +168,7 @@ async fn container_logs(
                 ));
             }
             tokio::time::sleep(LINE_EVERY).await;
-            if Arc::strong_count(&sim) <= 1 {
+            if sim.strong_count() == 0 {
                 return None; // the pod's worker ended
             }
             let at = rkube_client::now();

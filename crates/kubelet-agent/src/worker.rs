@@ -30,7 +30,8 @@ pub struct NodeRuntime {
     pub stages: Arc<Stages>,
     /// Images pulled on this node.
     pub images: Mutex<HashSet<String>>,
-    ips: Mutex<(u8, Vec<u8>)>,
+    /// Pod addresses in use (host part of the node's /24).
+    ips: Mutex<HashSet<u8>>,
     /// uid → the worker's input.
     workers: Mutex<HashMap<String, watch::Sender<Arc<Pod>>>>,
     /// `ns/name` → the pod's simulation, for logs.
@@ -57,7 +58,7 @@ impl NodeRuntime {
             spec,
             stages,
             images: Mutex::default(),
-            ips: Mutex::new((2, Vec::new())),
+            ips: Mutex::default(),
             workers: Mutex::default(),
             sims,
             status_writes,
@@ -65,22 +66,18 @@ impl NodeRuntime {
         })
     }
 
+    /// The lowest free address from .2 to .254; when all are taken (more than 253 pods kept
+    /// on one node) addresses are shared, as an exhausted CIDR would leave no choice.
     fn alloc_ip(&self) -> String {
-        let mut g = self.ips.lock().unwrap();
-        let n = match g.1.pop() {
-            Some(n) => n,
-            None => {
-                let n = g.0;
-                g.0 = g.0.saturating_add(1).min(254);
-                n
-            }
-        };
+        let mut used = self.ips.lock().unwrap();
+        let n = (2..=254u8).find(|n| !used.contains(n)).unwrap_or(254);
+        used.insert(n);
         self.spec.pod_ip(n)
     }
 
     fn free_ip(&self, ip: &str) {
-        if let Some(n) = ip.rsplit('.').next().and_then(|n| n.parse().ok()) {
-            self.ips.lock().unwrap().1.push(n);
+        if let Some(n) = ip.rsplit('.').next().and_then(|n| n.parse::<u8>().ok()) {
+            self.ips.lock().unwrap().remove(&n);
         }
     }
 
@@ -186,7 +183,8 @@ impl NodeRuntime {
                 h.finish()
             };
             if last_sent != Some(digest) {
-                let patch = Patch::Merge(json!({"status": status}));
+                // The UID makes it a precondition: never onto a re-created pod of the same name.
+                let patch = Patch::Merge(json!({"metadata": {"uid": uid}, "status": status}));
                 let permit = self.writes.acquire().await;
                 let written = api.patch_status(&name, &patch).await;
                 drop(permit);
@@ -245,7 +243,13 @@ impl NodeRuntime {
                 _ = wake => {}
             }
         }
-        self.sims.lock().unwrap().remove(&key);
+        {
+            // Only our own entry: a re-created pod of the same name has its own.
+            let mut sims = self.sims.lock().unwrap();
+            if sims.get(&key).is_some_and(|s| Arc::ptr_eq(s, &sim)) {
+                sims.remove(&key);
+            }
+        }
         self.free_ip(&ip);
     }
 }

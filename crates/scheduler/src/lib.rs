@@ -358,18 +358,19 @@ impl Scheduler {
                         Err(e) => {
                             me.m.errors.inc();
                             me.cache.lock().unwrap().forget(&key);
-                            if e.is_not_found() || e.code() == Some(409) {
-                                // Gone, or bound by someone else: the informer tells the rest.
-                                me.queue.delete(&key);
-                            } else {
+                            // The reservation is gone: parked pods may fit now (as upstream).
+                            me.queue.move_all();
+                            if !(e.is_not_found() || e.code() == Some(409)) {
                                 tracing::warn!(pod = %key, node, error = %e, "binding failed; retrying");
                                 recorder.warning(
                                     object_ref(&*pod),
                                     "FailedScheduling",
                                     format!("Binding rejected: {e}"),
                                 );
-                                me.queue.backoff(&key);
                             }
+                            // Retried after backoff; a pod that is gone or bound meanwhile is
+                            // dropped then (the key may by now name a re-created pod).
+                            me.queue.backoff(&key);
                         }
                     }
                 });

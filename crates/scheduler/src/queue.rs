@@ -50,6 +50,8 @@ impl PartialOrd for Entry {
 struct Info {
     priority: i32,
     attempts: u32,
+    /// Updated while in flight: a failed attempt retries soon instead of parking.
+    updated: bool,
     at: Where,
     /// Active-heap generation: stale heap entries are skipped.
     seq: u64,
@@ -98,6 +100,9 @@ impl SchedulingQueue {
         match s.pods.get_mut(key) {
             Some(info) => {
                 info.priority = priority;
+                if info.at == Where::InFlight {
+                    info.updated = true;
+                }
                 // An update to a parked pod may make it schedulable.
                 if matches!(info.at, Where::Unschedulable(_)) {
                     s.push_active(key);
@@ -109,6 +114,7 @@ impl SchedulingQueue {
                     Info {
                         priority,
                         attempts: 0,
+                        updated: false,
                         at: Where::Active,
                         seq: 0,
                     },
@@ -145,6 +151,7 @@ impl SchedulingQueue {
                         let info = s.pods.get_mut(&e.key).expect("present");
                         info.at = Where::InFlight;
                         info.attempts += 1;
+                        info.updated = false;
                         return Some((e.key, cycle));
                     }
                 }
@@ -159,7 +166,7 @@ impl SchedulingQueue {
         let moved = s.move_cycle > cycle;
         if let Some(info) = s.pods.get_mut(key) {
             let now = Instant::now();
-            info.at = if moved {
+            info.at = if moved || info.updated {
                 Where::Backoff(now + backoff_for(info.attempts))
             } else {
                 Where::Unschedulable(now)
@@ -297,6 +304,16 @@ mod tests {
         q.flush();
         assert_eq!(q.where_is("p"), Some(Where::Active));
         assert_eq!(q.pop().await.unwrap().0, "p");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_update_during_scheduling_is_not_lost() {
+        let q = SchedulingQueue::default();
+        q.add("p", 0);
+        let (k, cycle) = q.pop().await.unwrap();
+        q.add("p", 0); // the user added a toleration meanwhile
+        q.unschedulable(&k, cycle);
+        assert!(matches!(q.where_is("p"), Some(Where::Backoff(_))));
     }
 
     #[tokio::test(start_paused = true)]

@@ -577,6 +577,20 @@ pub fn progressing(
         }
         return Some(i64::from(deadline));
     }
+    // A rollout starts (the last one had completed): its deadline counts from now, as upstream's
+    // NewReplicaSetCreated / FoundNewReplicaSet reset it; a completed condition never times out.
+    let current_reason = condition(new_status, "Progressing").and_then(|c| c.reason.clone());
+    if current_reason.as_deref() == Some("NewReplicaSetAvailable") || current_reason.is_none() {
+        set_condition(
+            new_status,
+            "Progressing",
+            "True",
+            "ReplicaSetUpdated",
+            format!("ReplicaSet \"{rs_name}\" is progressing."),
+            now,
+        );
+        return Some(i64::from(deadline));
+    }
     let last = condition(new_status, "Progressing")
         .and_then(|c| c.last_update_time.as_ref())
         .map(|t| t.0);
@@ -765,6 +779,27 @@ mod tests {
         assert_eq!(
             condition(&s, "Available").unwrap().reason.as_deref(),
             Some("MinimumReplicasAvailable")
+        );
+    }
+
+    #[test]
+    fn a_new_rollout_after_a_completed_one_does_not_time_out_at_once() {
+        let d = deploy(2, json!(1), json!(0));
+        let now = rkube_client::now();
+        let done = rs("new", "2026-01-02T00:00:00Z", 2, 2, 2);
+        let mut s = calculate_status(&d, &[&done], Some(&done), now);
+        progressing(&d, &mut s, Some(&done), now);
+        // An hour later the template changes; nothing is updated yet on the first sync.
+        let mut d2 = d.clone();
+        d2.status = Some(s);
+        d2.metadata.generation = Some(2);
+        let later = now + k8s_openapi::chrono::Duration::seconds(3600);
+        let mut s2 = calculate_status(&d2, &[&done], None, later);
+        assert_eq!(progressing(&d2, &mut s2, None, later), Some(600));
+        let p = condition(&s2, "Progressing").unwrap();
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_deref()),
+            ("True", Some("ReplicaSetUpdated"))
         );
     }
 }
