@@ -479,6 +479,9 @@ pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
             .get("accept")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        if path == "/openapi/v2" {
+            return openapi::v2(accept);
+        }
         if path == "/api" || path == "/apis" {
             if let Some(v) = discovery::wants_aggregated(accept) {
                 let body = serde_json::to_vec(&discovery::aggregated(path == "/api", v))

@@ -112,6 +112,31 @@ pub fn group_version(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
+/// `/openapi/v2`: an empty Swagger 2.0 document (as protobuf — a zero-length message — when
+/// asked, as kubectl ≤ 1.29 does). Those clients then find no schema for a kind and skip
+/// client-side validation instead of failing; `/openapi/v3` carries what rkube describes.
+pub fn v2(accept: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if accept.contains("protobuf") {
+        return (
+            axum::http::StatusCode::OK,
+            [(
+                "content-type",
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )],
+            Vec::<u8>::new(),
+        )
+            .into_response();
+    }
+    let doc = serde_json::json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": crate::KUBE_VERSION.2}, "paths": {}, "definitions": {}});
+    (
+        axum::http::StatusCode::OK,
+        [("content-type", "application/json")],
+        doc.to_string(),
+    )
+        .into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

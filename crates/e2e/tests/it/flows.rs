@@ -235,3 +235,37 @@ async fn apiserver_restart(etcd: bool) {
     }
     assert!(watches > 0.0);
 }
+
+/// The scripted nginx flow with every stock kubectl from 1.27 to 1.33 (those beside the one on
+/// PATH), one after another on one cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_from_1_27_to_1_33_runs_the_scripted_flow() {
+    let which = std::process::Command::new("sh")
+        .args(["-c", "dirname \"$(readlink -f \"$(command -v kubectl)\")\""])
+        .output()
+        .unwrap();
+    let dir = String::from_utf8_lossy(&which.stdout).trim().to_string();
+    let versions: Vec<String> = (27..=33)
+        .map(|m| format!("{dir}/kubectl.1.{m}"))
+        .filter(|p| std::path::Path::new(p).exists())
+        .collect();
+    if versions.is_empty() {
+        eprintln!("SKIPPED: no kubectl.1.27 … kubectl.1.33 beside kubectl in {dir}");
+        return;
+    }
+    let c = Cluster::start(opts(3)).await;
+    for kubectl in versions {
+        let out = std::process::Command::new("bash")
+            .arg(workspace_root().join("scripts/e2e-nginx.sh"))
+            .args(["--kubectl", &kubectl])
+            .env("KUBECONFIG", &c.kubeconfig)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{kubectl}: e2e-nginx.sh failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
