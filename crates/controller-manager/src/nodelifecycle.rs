@@ -120,6 +120,26 @@ pub fn desired_taints(n: &Node, now: DateTime<Utc>) -> Option<Vec<Taint>> {
     (out != current).then_some(out)
 }
 
+/// The pod's conditions with Ready (and ContainersReady) turned False, if Ready was True.
+pub fn not_ready_conditions(
+    pod: &Pod,
+    now: DateTime<Utc>,
+) -> Option<Vec<k8s_openapi::api::core::v1::PodCondition>> {
+    let mut conds = pod.status.as_ref()?.conditions.clone()?;
+    let mut changed = false;
+    for c in conds
+        .iter_mut()
+        .filter(|c| (c.type_ == "Ready" || c.type_ == "ContainersReady") && c.status == "True")
+    {
+        c.status = "False".into();
+        c.reason = Some("NodeNotReady".into());
+        c.message = Some("Node is not ready".into());
+        c.last_transition_time = Some(Time(now));
+        changed = true;
+    }
+    changed.then_some(conds)
+}
+
 /// When a pod on a node with these taints must go: `None` never, `Some(t)` at `t` (past = now).
 pub fn eviction_time(pod: &Pod, taints: &[Taint], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let tols: Vec<Toleration> = pod
@@ -192,6 +212,30 @@ impl NodeLifecycle {
         });
     }
 
+    /// Upstream's `MarkPodsNotReady`: the pods of a node that stopped reporting are no longer
+    /// Ready (so Services and `kubectl get` stop counting them).
+    async fn mark_pods_not_ready(&self, node: &str, now: DateTime<Utc>) -> Result<(), Error> {
+        for pod in self.ctx.pods.by_index(index::NODE_NAME, node) {
+            let Some(conds) = not_ready_conditions(&pod, now) else {
+                continue;
+            };
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let pname = pod.metadata.name.clone().unwrap_or_default();
+            let patch = Patch::Merge(
+                json!({"metadata": {"uid": pod.metadata.uid}, "status": {"conditions": conds}}),
+            );
+            match Api::<Pod>::namespaced(&self.ctx.client, &ns)
+                .patch_status(&pname, &patch)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() || e.code() == Some(409) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     async fn monitor(&self) -> Result<(), Error> {
         let now = rkube_client::now();
         let nodes_api: Api<Node> = Api::all(&self.ctx.client);
@@ -220,6 +264,7 @@ impl NodeLifecycle {
                     "NodeNotReady",
                     format!("Node {name} status is now: NodeNotReady"),
                 );
+                self.mark_pods_not_ready(&name, now).await?;
             }
             if let Some(taints) = desired_taints(&node, now) {
                 node.spec.get_or_insert_with(Default::default).taints = Some(taints);
@@ -319,6 +364,33 @@ mod tests {
         assert_eq!(
             desired_taints(&node("True", "2026-01-01T00:00:00Z"), now),
             None
+        );
+    }
+
+    #[test]
+    fn pods_of_a_silent_node_turn_not_ready() {
+        let now = t("2026-01-01T00:01:00Z");
+        let pod: Pod = serde_json::from_value(json!({"spec": {"containers": []}, "status": {"conditions": [
+            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}})).unwrap();
+        let conds = not_ready_conditions(&pod, now).unwrap();
+        let ready = conds.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("NodeNotReady"))
+        );
+        assert_eq!(
+            conds
+                .iter()
+                .find(|c| c.type_ == "PodScheduled")
+                .unwrap()
+                .status,
+            "True"
+        );
+        let mut done = pod.clone();
+        done.status.as_mut().unwrap().conditions = Some(conds);
+        assert!(
+            not_ready_conditions(&done, now).is_none(),
+            "already not ready: no write"
         );
     }
 

@@ -37,6 +37,11 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
     };
     pods.create(&pod("short", 1)).await.unwrap();
     pods.create(&pod("long", 3600)).await.unwrap();
+    // "long" runs and is Ready, as its kubelet last said.
+    let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status("long", &Patch::Merge(ready))
+        .await
+        .unwrap();
 
     // No heartbeat: Unknown, then tainted.
     let n = wait_for("n1 Unknown and tainted", T, || async {
@@ -89,6 +94,20 @@ async fn silent_node_is_tainted_its_pods_evicted_and_it_recovers() {
         .metadata
         .deletion_timestamp
         .is_none());
+    // ... but no longer Ready: its node stopped reporting (upstream's MarkPodsNotReady).
+    let long = pods.get("long").await.unwrap();
+    let ready = long
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("NodeNotReady"))
+    );
 
     // The kubelet is back: Ready again, taints removed.
     nodes
