@@ -258,8 +258,9 @@ async fn serve(
         ("POST", None) => {
             let dry = dry_run(&query)?;
             let fv = FieldValidation::from_query(&query)?;
-            let body = parse_object(&read_body(req.into_body()).await?)?;
-            let warnings = fv.check(reg.def.kind, &body)?;
+            let raw = read_body(req.into_body()).await?;
+            let body = parse_object(&raw)?;
+            let warnings = fv.check(reg.def.kind, &raw, &body)?;
             let obj = reg.create(ns, body, dry).await?;
             Ok(with_warnings(
                 json_value(StatusCode::CREATED, &obj),
@@ -277,12 +278,13 @@ async fn serve(
         }
         ("PUT", Some(name)) => {
             let dry = dry_run(&query)?;
-            let body = parse_object(&read_body(req.into_body()).await?)?;
+            let raw = read_body(req.into_body()).await?;
+            let body = parse_object(&raw)?;
             match sub {
                 Some("scale") => subresources::update_scale(reg, ns, name, body, dry).await,
                 Some("finalize") | Some("status") | None => {
                     let warnings =
-                        FieldValidation::from_query(&query)?.check(reg.def.kind, &body)?;
+                        FieldValidation::from_query(&query)?.check(reg.def.kind, &raw, &body)?;
                     let (obj, created) = reg.update(ns, name, body, sub, dry).await?;
                     let code = if created {
                         StatusCode::CREATED
@@ -371,19 +373,24 @@ impl FieldValidation {
         }
     }
 
-    /// Refuses (Strict) or returns warnings (Warn) for undeclared fields of `body`.
-    fn check(self, kind: &str, body: &Value) -> Result<Vec<String>, ApiError> {
+    /// Refuses (Strict) or returns warnings (Warn) for undeclared and duplicate fields of a
+    /// body (`raw` as sent, `body` as decoded).
+    fn check(self, kind: &str, raw: &[u8], body: &Value) -> Result<Vec<String>, ApiError> {
         if self == FieldValidation::Ignore {
             return Ok(Vec::new());
         }
-        let unknown = crate::registry::strategy::unknown_fields(kind, body);
-        if unknown.is_empty() {
-            return Ok(Vec::new());
-        }
-        let msgs: Vec<String> = unknown
+        let mut msgs: Vec<String> = crate::registry::strategy::unknown_fields(kind, body)
             .iter()
             .map(|f| format!("unknown field \"{f}\""))
             .collect();
+        msgs.extend(
+            rkube_api::duplicates::duplicate_fields(raw)
+                .iter()
+                .map(|f| format!("duplicate field \"{f}\"")),
+        );
+        if msgs.is_empty() {
+            return Ok(Vec::new());
+        }
         if self == FieldValidation::Strict {
             return Err(ApiError::bad_request(format!(
                 "strict decoding error: {}",

@@ -885,6 +885,33 @@ async fn field_validation(c: &Cluster) {
     );
     let created: Value = resp.json().await.unwrap();
     assert!(created.get("dta").is_none(), "unknown fields are dropped");
+    // Duplicate keys: refused under Strict, a warning under Warn (the last one wins).
+    let dup = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup"},"data":{"k":"1","k":"2"}}"#;
+    let post = |mode: &'static str| {
+        c.http
+            .post(format!(
+                "{}/api/v1/namespaces/default/configmaps?fieldValidation={mode}",
+                c.base
+            ))
+            .header("content-type", "application/json")
+            .body(dup)
+            .send()
+    };
+    let r = post("Strict").await.unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(
+        e["message"],
+        "strict decoding error: duplicate field \"data.k\""
+    );
+    let r = post("Warn").await.unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        r.headers().get("warning").and_then(|w| w.to_str().ok()),
+        Some("299 - \"duplicate field \\\"data.k\\\"\"")
+    );
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(created["data"]["k"], "2");
     let (code, _) = c
         .req(
             "PATCH",
