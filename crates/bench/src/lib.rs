@@ -282,34 +282,62 @@ pub fn write_section(path: &Path, tag: &str, body: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts rkube-apiserver on `storage_url` and waits for `/readyz`.
-pub async fn start_apiserver(
-    bin: &Path,
-    storage_url: &str,
-) -> anyhow::Result<(tokio::process::Child, String)> {
-    let port = free_port();
-    let child = Command::new(bin)
-        .args([
-            "--etcd-servers",
-            storage_url,
-            "--secure-port",
-            &port.to_string(),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let base = format!("http://127.0.0.1:{port}");
+/// Waits until `url` answers 200 (at most two minutes).
+pub async fn wait_ready(url: &str) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        anyhow::ensure!(Instant::now() < deadline, "apiserver did not become ready");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while http
+        .get(url)
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        anyhow::ensure!(Instant::now() < deadline, "{url} did not become ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok(())
+}
+
+/// Starts `bin` with `args` (logs at warn, output discarded, killed when dropped) and waits
+/// until `ready_url` answers 200.
+pub async fn spawn_ready(bin: &Path, args: &[String], ready_url: &str) -> anyhow::Result<Child> {
+    let child = Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_ready(ready_url).await?;
+    Ok(child)
+}
+
+/// The current resourceVersion of the pods collection (to watch from "now").
+pub async fn pods_rv(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
+    let v: serde_json::Value = http
+        .get(format!("{base}/api/v1/pods?limit=1"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string())
+}
+
+/// Starts rkube-apiserver on `storage_url` and waits for `/readyz`.
+pub async fn start_apiserver(bin: &Path, storage_url: &str) -> anyhow::Result<(Child, String)> {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let args = [
+        "--etcd-servers",
+        storage_url,
+        "--secure-port",
+        &port.to_string(),
+    ]
+    .map(String::from);
+    let child = spawn_ready(bin, &args, &format!("{base}/readyz")).await?;
     Ok((child, base))
 }

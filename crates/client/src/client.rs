@@ -306,6 +306,13 @@ impl DeleteParams {
     }
 }
 
+/// A JSON request body.
+fn json_body(v: &impl Serialize) -> Result<(&'static str, Vec<u8>), Error> {
+    serde_json::to_vec(v)
+        .map(|b| ("application/json", b))
+        .map_err(|e| Error::Decode(e.to_string()))
+}
+
 /// The typed verbs for resource `K`, in one namespace or (for cluster-scoped resources and
 /// cross-namespace lists) across all.
 pub struct Api<K> {
@@ -377,9 +384,21 @@ impl<K: Resource> Api<K> {
         }
     }
 
-    pub async fn get(&self, name: &str) -> Result<K, Error> {
+    /// One request at `path(name, sub)`, its answer decoded.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        name: Option<&str>,
+        sub: Option<&str>,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<T, Error> {
         self.client
-            .send_json(reqwest::Method::GET, &self.path(Some(name), None), None)
+            .send_json(method, &self.path(name, sub), body)
+            .await
+    }
+
+    pub async fn get(&self, name: &str) -> Result<K, Error> {
+        self.call(reqwest::Method::GET, Some(name), None, None)
             .await
     }
 
@@ -408,65 +427,54 @@ impl<K: Resource> Api<K> {
     }
 
     pub async fn create(&self, obj: &K) -> Result<K, Error> {
-        let body = serde_json::to_vec(obj).map_err(|e| Error::Decode(e.to_string()))?;
-        self.client
-            .send_json(
-                reqwest::Method::POST,
-                &self.path(None, None),
-                Some(("application/json", body)),
-            )
+        self.call(reqwest::Method::POST, None, None, Some(json_body(obj)?))
             .await
     }
 
     pub async fn replace(&self, name: &str, obj: &K) -> Result<K, Error> {
-        self.put(name, None, obj).await
+        self.call(
+            reqwest::Method::PUT,
+            Some(name),
+            None,
+            Some(json_body(obj)?),
+        )
+        .await
     }
 
     pub async fn replace_status(&self, name: &str, obj: &K) -> Result<K, Error> {
-        self.put(name, Some("status"), obj).await
-    }
-
-    async fn put(&self, name: &str, sub: Option<&str>, obj: &K) -> Result<K, Error> {
-        let body = serde_json::to_vec(obj).map_err(|e| Error::Decode(e.to_string()))?;
-        self.client
-            .send_json(
-                reqwest::Method::PUT,
-                &self.path(Some(name), sub),
-                Some(("application/json", body)),
-            )
-            .await
+        self.call(
+            reqwest::Method::PUT,
+            Some(name),
+            Some("status"),
+            Some(json_body(obj)?),
+        )
+        .await
     }
 
     pub async fn patch(&self, name: &str, patch: &Patch) -> Result<K, Error> {
-        self.client
-            .send_json(
-                reqwest::Method::PATCH,
-                &self.path(Some(name), None),
-                Some(patch.body()),
-            )
+        self.call(reqwest::Method::PATCH, Some(name), None, Some(patch.body()))
             .await
     }
 
     pub async fn patch_status(&self, name: &str, patch: &Patch) -> Result<K, Error> {
-        self.client
-            .send_json(
-                reqwest::Method::PATCH,
-                &self.path(Some(name), Some("status")),
-                Some(patch.body()),
-            )
-            .await
+        self.call(
+            reqwest::Method::PATCH,
+            Some(name),
+            Some("status"),
+            Some(patch.body()),
+        )
+        .await
     }
 
     /// Deletes; the answer (the object being deleted, or a Status) is returned as JSON.
     pub async fn delete(&self, name: &str, dp: &DeleteParams) -> Result<Value, Error> {
-        let body = serde_json::to_vec(dp).expect("DeleteOptions");
-        self.client
-            .send_json(
-                reqwest::Method::DELETE,
-                &self.path(Some(name), None),
-                Some(("application/json", body)),
-            )
-            .await
+        self.call(
+            reqwest::Method::DELETE,
+            Some(name),
+            None,
+            Some(json_body(dp)?),
+        )
+        .await
     }
 
     /// POST to a subresource (`binding`, `eviction`).
@@ -476,24 +484,18 @@ impl<K: Resource> Api<K> {
         sub: &str,
         body: &Value,
     ) -> Result<Value, Error> {
-        let b = serde_json::to_vec(body).expect("JSON value");
-        self.client
-            .send_json(
-                reqwest::Method::POST,
-                &self.path(Some(name), Some(sub)),
-                Some(("application/json", b)),
-            )
-            .await
+        self.call(
+            reqwest::Method::POST,
+            Some(name),
+            Some(sub),
+            Some(json_body(body)?),
+        )
+        .await
     }
 
     /// GET a subresource (`scale`).
     pub async fn get_subresource(&self, name: &str, sub: &str) -> Result<Value, Error> {
-        self.client
-            .send_json(
-                reqwest::Method::GET,
-                &self.path(Some(name), Some(sub)),
-                None,
-            )
+        self.call(reqwest::Method::GET, Some(name), Some(sub), None)
             .await
     }
 
@@ -504,14 +506,13 @@ impl<K: Resource> Api<K> {
         sub: &str,
         body: &Value,
     ) -> Result<Value, Error> {
-        let b = serde_json::to_vec(body).expect("JSON value");
-        self.client
-            .send_json(
-                reqwest::Method::PUT,
-                &self.path(Some(name), Some(sub)),
-                Some(("application/json", b)),
-            )
-            .await
+        self.call(
+            reqwest::Method::PUT,
+            Some(name),
+            Some(sub),
+            Some(json_body(body)?),
+        )
+        .await
     }
 }
 

@@ -6,8 +6,12 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use rkube_client::events::Recorder;
-use rkube_client::informer::index;
+use rkube_client::informer::{index, key_of};
+use rkube_client::Resource;
+
+use crate::replicaset::logic::{controller_ref, labels_of, selector};
 use rkube_client::{Api, Client, Informer, ListParams, Stats, Store};
 use rkube_daemon::metrics::Registry;
 use tokio_util::sync::CancellationToken;
@@ -50,6 +54,34 @@ pub fn export(metrics: &Registry, resource: &str, stats: Arc<Stats>) {
             get(&st) as f64
         });
     }
+}
+
+/// `ns/name` of the controller `meta` points to, when it is a `K` that `store` holds with that
+/// UID (a stale reference to a deleted and re-created owner does not count).
+pub fn controller_key<K: Resource>(store: &Store<K>, meta: &ObjectMeta) -> Option<String> {
+    let r = controller_ref(meta)?;
+    if r.kind != K::KIND {
+        return None;
+    }
+    let ns = meta.namespace.as_deref().unwrap_or_default();
+    let owner = store.get_in(ns, &r.name)?;
+    (owner.metadata().uid.as_deref() == Some(r.uid.as_str())).then(|| format!("{ns}/{}", r.name))
+}
+
+/// Keys of the `K`s in `meta`'s namespace whose selector matches its labels (for orphans).
+pub fn selecting<K: Resource>(
+    store: &Store<K>,
+    meta: &ObjectMeta,
+    selector_of: impl Fn(&K) -> Option<&LabelSelector>,
+) -> Vec<String> {
+    let ns = meta.namespace.as_deref().unwrap_or_default();
+    let labels = labels_of(meta);
+    store
+        .by_index(index::NAMESPACE, ns)
+        .iter()
+        .filter(|o| selector(selector_of(o)).is_some_and(|s| s.matches(&labels)))
+        .map(|o| key_of(&**o))
+        .collect()
 }
 
 impl Ctx {

@@ -147,17 +147,14 @@ impl GarbageCollector {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        let me = self.clone();
         spawn_workers(
             "garbagecollector",
             self.queue.clone(),
             workers,
             &self.ctx.metrics,
             shutdown,
-            move |key| {
-                let me = me.clone();
-                async move { me.sync(&key).await }
-            },
+            self.clone(),
+            |me, key| async move { me.sync(&key).await },
         );
     }
 

@@ -45,17 +45,14 @@ impl NamespaceController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        let me = self.clone();
         spawn_workers(
             "namespace",
             self.queue.clone(),
             workers,
             &self.ctx.metrics,
             shutdown,
-            move |key| {
-                let me = me.clone();
-                async move { me.sync(&key).await }
-            },
+            self.clone(),
+            |me, key| async move { me.sync(&key).await },
         );
     }
 

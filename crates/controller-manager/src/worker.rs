@@ -12,17 +12,20 @@ use tokio_util::sync::CancellationToken;
 /// What a reconcile asks for next.
 pub type Reconciled = Result<Option<Duration>, Error>;
 
-/// Spawns `workers` tasks that take keys from `queue` and reconcile them until shutdown.
-/// `Ok(Some(d))` re-queues the key after `d`; an error re-queues it with backoff.
-pub fn spawn_workers<F, Fut>(
+/// Spawns `workers` tasks that take keys from `queue` and run `reconcile(controller, key)`
+/// until shutdown. `Ok(Some(d))` re-queues the key after `d`; an error re-queues it with
+/// backoff.
+pub fn spawn_workers<C, F, Fut>(
     name: &'static str,
     queue: Arc<WorkQueue<String>>,
     workers: usize,
     metrics: &Arc<Registry>,
     shutdown: CancellationToken,
+    controller: Arc<C>,
     reconcile: F,
 ) where
-    F: Fn(String) -> Fut + Clone + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    F: Fn(Arc<C>, String) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Reconciled> + Send + 'static,
 {
     let labels = [("name", name)];
@@ -62,6 +65,7 @@ pub fn spawn_workers<F, Fut>(
     for _ in 0..workers.max(1) {
         let queue = queue.clone();
         let reconcile = reconcile.clone();
+        let controller = controller.clone();
         let latency = latency.clone();
         let errors = errors.clone();
         let adds = adds.clone();
@@ -69,7 +73,7 @@ pub fn spawn_workers<F, Fut>(
             while let Some(key) = queue.get().await {
                 adds.inc();
                 let start = tokio::time::Instant::now();
-                let result = reconcile(key.clone()).await;
+                let result = reconcile(controller.clone(), key.clone()).await;
                 latency.observe_duration(start.elapsed());
                 match result {
                     Ok(next) => {

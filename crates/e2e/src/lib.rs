@@ -353,6 +353,26 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Runs `scripts/e2e-nginx.sh` against the cluster (with another kubectl if given) and
+    /// panics with its output unless every step passed; returns its stdout.
+    pub fn run_nginx_script(&self, kubectl: Option<&str>) -> String {
+        let mut cmd = Command::new("bash");
+        cmd.arg(workspace_root().join("scripts/e2e-nginx.sh"))
+            .env("KUBECONFIG", &self.kubeconfig);
+        if let Some(k) = kubectl {
+            cmd.args(["--kubectl", k]);
+        }
+        let out = cmd.output().expect("bash");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && stdout.contains("all steps passed"),
+            "e2e-nginx.sh ({}) failed:\n{stdout}\n{}",
+            kubectl.unwrap_or("kubectl"),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
     /// Lines of `kubectl get po -l <selector> --no-headers` showing `1/1 Running`.
     pub fn running_pods(&self, selector: &str) -> Vec<String> {
         let out = self.kubectl(&["get", "po", "-l", selector, "--no-headers"]);

@@ -4,14 +4,12 @@
 //! controller-manager's RSS with 10k pods and 1k nodes cached. Writes `docs/benchmarks.md`.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures_util::StreamExt;
 use rkube_bench::*;
 use serde_json::{json, Value};
-use tokio::process::Command;
 
 #[derive(Parser, Debug)]
 struct Flags {
@@ -60,50 +58,24 @@ async fn count_added(base: String, app: String, rv: String, n: usize) -> anyhow:
     anyhow::bail!("watch ended after {seen} of {n} pods")
 }
 
-async fn current_rv(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
-    let v: Value = http
-        .get(format!("{base}/api/v1/pods?limit=1"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(v["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("0")
-        .to_string())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let f = Flags::parse();
     let store = start_rkube_store(&f.store_bin).await?;
     let (_api, base) = start_apiserver(&f.apiserver_bin, &store.url).await?;
     let cm_port = free_port();
-    let mut cm = Command::new(&f.cm_bin)
-        .args(["--server", &base, "--secure-port", &cm_port.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
+    let cm_args = ["--server", &base, "--secure-port", &cm_port.to_string()].map(String::from);
+    let mut cm = spawn_ready(
+        &f.cm_bin,
+        &cm_args,
+        &format!("http://127.0.0.1:{cm_port}/readyz"),
+    )
+    .await?;
     let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while http
-        .get(format!("http://127.0.0.1:{cm_port}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "controller-manager did not become ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let cm_pid = cm.id().unwrap_or(0);
 
     // 1. A Deployment of `replicas`: time from POST to the last Pod object created.
-    let rv = current_rv(&http, &base).await?;
+    let rv = pods_rv(&http, &base).await?;
     let watcher = tokio::spawn(count_added(base.clone(), "web".into(), rv, f.replicas));
     let t0 = Instant::now();
     let r = http
@@ -145,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
         f.nodes,
         nodes_start.elapsed().as_secs_f64()
     );
-    let rv = current_rv(&http, &base).await?;
+    let rv = pods_rv(&http, &base).await?;
     let more = f.big_replicas.saturating_sub(f.replicas);
     let watcher = tokio::spawn(count_added(base.clone(), "web".into(), rv, more));
     let t1 = Instant::now();

@@ -8,14 +8,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures_util::StreamExt;
 use rkube_bench::*;
 use serde_json::{json, Value};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::mpsc;
 
 #[derive(Parser, Debug)]
@@ -51,36 +50,13 @@ struct Cluster {
     _storage: Server,
 }
 
-async fn ready(url: &str) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while http
-        .get(url)
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        anyhow::ensure!(Instant::now() < deadline, "{url} not ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
-
 async fn spawn(
     name: &'static str,
     bin: PathBuf,
     args: Vec<String>,
     health: String,
 ) -> anyhow::Result<Proc> {
-    let child = Command::new(bin)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    ready(&health).await?;
+    let child = spawn_ready(&bin, &args, &health).await?;
     Ok(Proc { name, child })
 }
 
@@ -197,17 +173,7 @@ fn is_running(p: &Value) -> bool {
 
 /// Watches every pod from now on and reports (app label, pod name) when a pod first runs.
 async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(String, String)>> {
-    let http = reqwest::Client::new();
-    let v: Value = http
-        .get(format!("{base}/api/v1/pods?limit=1"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let mut rv = v["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("0")
-        .to_string();
+    let mut rv = pods_rv(&reqwest::Client::new(), base).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let base = base.to_string();
     tokio::spawn(async move {

@@ -5,14 +5,12 @@
 //! `docs/benchmarks.md`.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures_util::StreamExt;
 use rkube_bench::*;
 use serde_json::{json, Value};
-use tokio::process::{Child, Command};
 
 #[derive(Parser, Debug)]
 struct Flags {
@@ -31,32 +29,6 @@ struct Flags {
     idle_secs: u64,
     #[arg(long, default_value = "docs/benchmarks.md")]
     out: PathBuf,
-}
-
-async fn spawn(bin: &PathBuf, args: &[String], health: &str) -> anyhow::Result<Child> {
-    let child = Command::new(bin)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while http
-        .get(health)
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{} did not become ready",
-            bin.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(child)
 }
 
 /// POSTs (and optionally status-PATCHes) many objects with 64 in flight.
@@ -174,19 +146,6 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     Some(&text[start..start + len])
 }
 
-async fn pods_rv(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
-    let v: Value = http
-        .get(format!("{base}/api/v1/pods?limit=1"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(v["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("0")
-        .to_string())
-}
-
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
@@ -227,7 +186,7 @@ async fn main() -> anyhow::Result<()> {
     }));
     let port = free_port();
     let t0 = Instant::now();
-    let sched = spawn(
+    let sched = spawn_ready(
         &b("rkube-scheduler"),
         &[
             "--server".into(),
@@ -267,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let agent = spawn(
+    let agent = spawn_ready(
         &b("rkube-kubelet-agent"),
         &agent_args,
         &format!("http://127.0.0.1:{port}/readyz"),
@@ -346,7 +305,7 @@ async fn main() -> anyhow::Result<()> {
         t.contains("\"phase\":\"Running\"")
     }));
     let t1 = Instant::now();
-    let agent = spawn(
+    let agent = spawn_ready(
         &b("rkube-kubelet-agent"),
         &agent_args,
         &format!("http://127.0.0.1:{port}/readyz"),

@@ -16,7 +16,7 @@ use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Ctx;
+use crate::context::{controller_key, selecting, Ctx};
 use crate::replicaset::logic::{controller_ref, labels_of, selector};
 use crate::worker::{spawn_workers, Reconciled};
 use logic::*;
@@ -28,26 +28,13 @@ pub struct DeploymentController {
 }
 
 fn owner_of(ctx: &Ctx, rs: &ReplicaSet) -> Option<String> {
-    let r = controller_ref(&rs.metadata)?;
-    if r.kind != "Deployment" {
-        return None;
-    }
-    let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-    let d = ctx.deployments.get_in(ns, &r.name)?;
-    (d.metadata.uid.as_deref() == Some(r.uid.as_str())).then(|| format!("{ns}/{}", r.name))
+    controller_key(&ctx.deployments, &rs.metadata)
 }
 
 fn matching_deployments(ctx: &Ctx, rs: &ReplicaSet) -> Vec<String> {
-    let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-    let labels = labels_of(&rs.metadata);
-    ctx.deployments
-        .by_index(index::NAMESPACE, ns)
-        .iter()
-        .filter(|d| {
-            selector(d.spec.as_ref().map(|s| &s.selector)).is_some_and(|s| s.matches(&labels))
-        })
-        .map(|d| key_of(&**d))
-        .collect()
+    selecting(&ctx.deployments, &rs.metadata, |d: &Deployment| {
+        d.spec.as_ref().map(|s| &s.selector)
+    })
 }
 
 fn name(m: &ObjectMeta) -> String {
@@ -108,17 +95,14 @@ impl DeploymentController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        let me = self.clone();
         spawn_workers(
             "deployment",
             self.queue.clone(),
             workers,
             &self.ctx.metrics,
             shutdown,
-            move |key| {
-                let me = me.clone();
-                async move { me.sync(&key).await }
-            },
+            self.clone(),
+            |me, key| async move { me.sync(&key).await },
         );
     }
 

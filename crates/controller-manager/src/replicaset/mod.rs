@@ -18,7 +18,7 @@ use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Ctx;
+use crate::context::{controller_key, selecting, Ctx};
 use crate::expectations::Expectations;
 use crate::worker::{spawn_workers, Reconciled};
 use logic::{controller_ref, is_active, labels_of, selector, Diff};
@@ -30,30 +30,16 @@ pub struct ReplicaSetController {
     recorder: rkube_client::events::Recorder,
 }
 
-/// The RS key a pod's controller reference points to, if it is a ReplicaSet in the cache
-/// with that UID.
+/// The RS key a pod's controller reference points to, if that ReplicaSet is cached.
 fn owner_key(ctx: &Ctx, pod: &Pod) -> Option<String> {
-    let r = controller_ref(&pod.metadata)?;
-    if r.kind != "ReplicaSet" {
-        return None;
-    }
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let rs = ctx.replicasets.get_in(ns, &r.name)?;
-    (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then(|| format!("{ns}/{}", r.name))
+    controller_key(&ctx.replicasets, &pod.metadata)
 }
 
 /// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
 fn matching_sets(ctx: &Ctx, pod: &Pod) -> Vec<String> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let labels = labels_of(&pod.metadata);
-    ctx.replicasets
-        .by_index(index::NAMESPACE, ns)
-        .iter()
-        .filter(|rs| {
-            selector(rs.spec.as_ref().map(|s| &s.selector)).is_some_and(|s| s.matches(&labels))
-        })
-        .map(|rs| key_of(&**rs))
-        .collect()
+    selecting(&ctx.replicasets, &pod.metadata, |rs: &ReplicaSet| {
+        rs.spec.as_ref().map(|s| &s.selector)
+    })
 }
 
 impl ReplicaSetController {
@@ -152,17 +138,14 @@ impl ReplicaSetController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        let me = self.clone();
         spawn_workers(
             "replicaset",
             self.queue.clone(),
             workers,
             &self.ctx.metrics,
             shutdown,
-            move |key| {
-                let me = me.clone();
-                async move { me.sync(&key).await }
-            },
+            self.clone(),
+            |me, key| async move { me.sync(&key).await },
         );
     }
 

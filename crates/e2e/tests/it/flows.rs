@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rkube_e2e::{wait_for, workspace_root, Cluster, Opts};
+use rkube_e2e::{wait_for, Cluster, Opts};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -73,18 +73,7 @@ async fn seed_flow(c: &Cluster) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripted_nginx_end_to_end_passes() {
     let c = Cluster::start(opts(3)).await;
-    let out = std::process::Command::new("bash")
-        .arg(workspace_root().join("scripts/e2e-nginx.sh"))
-        .env("KUBECONFIG", &c.kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "e2e-nginx.sh failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("all steps passed"));
+    c.run_nginx_script(None);
 }
 
 /// False when the etcd variants are switched off (`RKUBE_SKIP_ETCD=1`).
@@ -255,17 +244,6 @@ async fn every_kubectl_from_1_27_to_1_33_runs_the_scripted_flow() {
     }
     let c = Cluster::start(opts(3)).await;
     for kubectl in versions {
-        let out = std::process::Command::new("bash")
-            .arg(workspace_root().join("scripts/e2e-nginx.sh"))
-            .args(["--kubectl", &kubectl])
-            .env("KUBECONFIG", &c.kubeconfig)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{kubectl}: e2e-nginx.sh failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        c.run_nginx_script(Some(&kubectl));
     }
 }

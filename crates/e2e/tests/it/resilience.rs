@@ -150,15 +150,5 @@ async fn the_seed_flow_and_scripted_nginx_run_on_a_real_etcd() {
         ..Default::default()
     })
     .await;
-    let out = std::process::Command::new("bash")
-        .arg(rkube_e2e::workspace_root().join("scripts/e2e-nginx.sh"))
-        .env("KUBECONFIG", &c.kubeconfig)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "e2e-nginx.sh on etcd failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.run_nginx_script(None);
 }
