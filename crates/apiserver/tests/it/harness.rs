@@ -45,13 +45,13 @@ impl Drop for Cluster {
 
 /// Runs an apiserver in-process on 127.0.0.1:0 and waits until `/readyz` answers 200.
 async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, ShutdownToken) {
-    cfg.storage_timeout = Duration::from_secs(20);
+    cfg.storage_timeout = Duration::from_secs(60);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = ShutdownToken::new();
     tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
     let http = reqwest::Client::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
             if r.status() == 200 {
@@ -60,7 +60,7 @@ async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, ShutdownT
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "apiserver not ready within 30s"
+            "apiserver not ready within 90s (a busy machine starting etcd)"
         );
         tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
     }
