@@ -11,6 +11,7 @@ pub mod fields;
 pub mod meta;
 pub mod options;
 pub mod patch;
+pub mod proto;
 pub mod quantity;
 pub mod resources;
 pub mod selector;

@@ -82,6 +82,42 @@ pub async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
+/// A create/update body as JSON bytes and the object they hold, whatever media type it came in:
+/// JSON, or Kubernetes protobuf (what client-go's typed clients, and so several kubectl
+/// commands, send).
+fn read_object(content_type: &str, raw: Bytes) -> Result<(Bytes, Value), ApiError> {
+    match media_type(content_type) {
+        rkube_api::proto::CONTENT_TYPE => {
+            let v = rkube_api::proto::decode(&raw).map_err(|e| match e {
+                rkube_api::proto::ProtoError::UnknownType(_) => {
+                    ApiError::unsupported_media_type(content_type)
+                }
+                e => ApiError::bad_request(format!(
+                    "the body of the request could not be decoded: {e}"
+                )),
+            })?;
+            let json = serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((Bytes::from(json), v))
+        }
+        "" | "*/*" => parse_object(&raw).map(|v| (raw, v)),
+        m if m.ends_with("json") => parse_object(&raw).map(|v| (raw, v)),
+        _ => Err(ApiError::unsupported_media_type(content_type)),
+    }
+}
+
+/// A DELETE's optional DeleteOptions body, as JSON.
+fn delete_body(content_type: &str, raw: Bytes) -> Result<Bytes, ApiError> {
+    if raw.is_empty() {
+        return Ok(raw);
+    }
+    Ok(read_object(content_type, raw)?.0)
+}
+
+/// `application/json; charset=utf-8` → `application/json`.
+fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or("").trim()
+}
+
 fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
@@ -258,8 +294,7 @@ async fn serve(
         ("POST", None) => {
             let dry = dry_run(&query)?;
             let fv = FieldValidation::from_query(&query)?;
-            let raw = read_body(req.into_body()).await?;
-            let body = parse_object(&raw)?;
+            let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             let warnings = fv.check(reg.def.kind, &raw, &body)?;
             let obj = reg.create(ns, body, dry).await?;
             Ok(with_warnings(
@@ -269,7 +304,7 @@ async fn serve(
         }
         ("POST", Some(name)) => {
             let dry = dry_run(&query)?;
-            let body = parse_object(&read_body(req.into_body()).await?)?;
+            let (_, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             match sub {
                 Some("binding") => subresources::bind(reg, ns, name, body, dry).await,
                 Some("eviction") => subresources::evict(reg, ns, name, body, dry).await,
@@ -278,8 +313,7 @@ async fn serve(
         }
         ("PUT", Some(name)) => {
             let dry = dry_run(&query)?;
-            let raw = read_body(req.into_body()).await?;
-            let body = parse_object(&raw)?;
+            let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             match sub {
                 Some("scale") => subresources::update_scale(reg, ns, name, body, dry).await,
                 Some("finalize") | Some("status") | None => {
@@ -299,7 +333,7 @@ async fn serve(
         ("PATCH", Some(name)) => {
             let dry = dry_run(&query)?;
             let body = read_body(req.into_body()).await?;
-            let pt = match content_type.split(';').next().unwrap_or("").trim() {
+            let pt = match media_type(&content_type) {
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,
                 "application/strategic-merge-patch+json" => PatchType::Strategic,
@@ -327,7 +361,7 @@ async fn serve(
             }
         }
         ("DELETE", Some(name)) => {
-            let body = read_body(req.into_body()).await?;
+            let body = delete_body(&content_type, read_body(req.into_body()).await?)?;
             let opts = DeleteOptions::parse(&body, &query)?;
             match reg.delete(ns, name, &opts).await? {
                 Deleted::Gone(obj) if reg.def.kind != "Pod" => {
@@ -340,7 +374,7 @@ async fn serve(
             Err(ApiError::method_not_supported(&gr, "deletecollection"))
         }
         ("DELETE", None) => {
-            let body = read_body(req.into_body()).await?;
+            let body = delete_body(&content_type, read_body(req.into_body()).await?)?;
             let del = DeleteOptions::parse(&body, &query)?;
             let opts = ListOptions::from_query(&query, false)?;
             delete_collection(reg, info.namespace.as_deref(), &opts, &del).await

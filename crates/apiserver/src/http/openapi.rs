@@ -1,10 +1,17 @@
 //! OpenAPI v3 documents generated from the resource table: `/openapi/v3` (the index) and one
 //! document per group-version with every resource's paths, operations, their
-//! `x-kubernetes-group-version-kind` and the `fieldValidation` parameter. That is what kubectl
-//! reads to decide that the server validates fields itself (`fieldValidation=Strict`). Schemas
-//! are open objects for now (`kubectl explain` needs the full ones).
+//! `x-kubernetes-group-version-kind` and the `fieldValidation` parameter (what kubectl reads to
+//! decide that the server validates fields itself), and `components.schemas` with every served
+//! type and all it references, descriptions included, generated from k8s-openapi's `JsonSchema`
+//! impls — what `kubectl explain` walks. Documents are built once per group-version.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coordination, core::v1 as core};
+use k8s_openapi::api::rbac::v1 as rbac;
 use rkube_api::{resources, ResourceDef, RESOURCES};
+use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Map, Value};
 
 fn gv_path(group: &str, version: &str) -> String {
@@ -54,8 +61,57 @@ fn schema_name(def: &ResourceDef) -> String {
 
 const WRITE_PARAMS: &[&str] = &["dryRun", "fieldManager", "fieldValidation"];
 
-/// `/openapi/v3/api/v1`, `/openapi/v3/apis/<group>/<version>`.
+/// `/openapi/v3/api/v1`, `/openapi/v3/apis/<group>/<version>`, built on first use.
 pub fn group_version(group: &str, version: &str) -> Option<Value> {
+    static DOCS: OnceLock<HashMap<String, Value>> = OnceLock::new();
+    DOCS.get_or_init(|| {
+        resources::group_versions()
+            .into_iter()
+            .filter_map(|(g, v)| Some((gv_path(g, v), build_group_version(g, v)?)))
+            .collect()
+    })
+    .get(&gv_path(group, version))
+    .cloned()
+}
+
+/// Registers a served kind's schema (and everything it references) with the generator.
+fn register(gen: &mut SchemaGenerator, kind: &str) -> bool {
+    macro_rules! kinds {
+        ($($name:literal => $ty:ty),* $(,)?) => {
+            match kind {
+                $($name => { gen.subschema_for::<$ty>(); true })*
+                _ => false,
+            }
+        };
+    }
+    kinds! {
+        "Namespace" => core::Namespace, "Pod" => core::Pod, "Node" => core::Node,
+        "Event" => core::Event, "ConfigMap" => core::ConfigMap, "Secret" => core::Secret,
+        "Service" => core::Service, "ServiceAccount" => core::ServiceAccount,
+        "Deployment" => apps::Deployment, "ReplicaSet" => apps::ReplicaSet,
+        "Lease" => coordination::Lease, "Role" => rbac::Role, "RoleBinding" => rbac::RoleBinding,
+        "ClusterRole" => rbac::ClusterRole, "ClusterRoleBinding" => rbac::ClusterRoleBinding,
+    }
+}
+
+/// Upstream's shape for a described reference: `{"description": …, "allOf": [{"$ref": …}]}`
+/// (schemars writes `$ref` beside the description, which OpenAPI 3.0 readers ignore).
+fn wrap_refs(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if map.len() > 1 {
+                if let Some(r) = map.remove("$ref") {
+                    map.insert("allOf".into(), json!([{"$ref": r}]));
+                }
+            }
+            map.values_mut().for_each(wrap_refs);
+        }
+        Value::Array(items) => items.iter_mut().for_each(wrap_refs),
+        _ => {}
+    }
+}
+
+fn build_group_version(group: &str, version: &str) -> Option<Value> {
     let defs: Vec<&ResourceDef> = RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version)
@@ -66,6 +122,8 @@ pub fn group_version(group: &str, version: &str) -> Option<Value> {
     let base = format!("/{}", gv_path(group, version));
     let mut paths = Map::new();
     let mut schemas = Map::new();
+    let mut gen = SchemaSettings::openapi3().into_generator();
+    let mut kinds = Vec::new();
     for def in defs {
         let (collection, item) = if def.namespaced {
             (
@@ -95,14 +153,32 @@ pub fn group_version(group: &str, version: &str) -> Option<Value> {
                 "delete": op(def, "delete", &["gracePeriodSeconds", "propagationPolicy", "dryRun"]),
             }),
         );
-        schemas.insert(
-            schema_name(def),
-            json!({
-                "type": "object",
-                "description": format!("{} (rkube serves open schemas; fields are validated by the server).", def.kind),
-                "x-kubernetes-group-version-kind": [{"group": def.group, "version": def.version, "kind": def.kind}],
-            }),
-        );
+        if !register(&mut gen, def.kind) {
+            // A kind without a Rust type: an open object, validated by the server alone.
+            schemas.insert(schema_name(def), json!({"type": "object"}));
+        }
+        kinds.push(def);
+    }
+    for (name, schema) in gen.take_definitions() {
+        let mut schema = serde_json::to_value(schema).ok()?;
+        wrap_refs(&mut schema);
+        schemas.insert(name, schema);
+    }
+    for def in kinds {
+        if let Some(Value::Object(schema)) = schemas.get_mut(&schema_name(def)) {
+            // k8s-openapi's `metadata` is not an Option, so schemars calls it required;
+            // upstream's schemas do not.
+            if let Some(Value::Array(required)) = schema.get_mut("required") {
+                required.retain(|f| f != "metadata");
+                if required.is_empty() {
+                    schema.remove("required");
+                }
+            }
+            schema.insert(
+                "x-kubernetes-group-version-kind".into(),
+                json!([{"group": def.group, "version": def.version, "kind": def.kind}]),
+            );
+        }
     }
     Some(json!({
         "openapi": "3.0.0",
@@ -160,5 +236,30 @@ mod tests {
             .unwrap()
             .ends_with("/openapi/v3/api/v1"));
         assert!(group_version("nope", "v1").is_none());
+    }
+
+    #[test]
+    fn schemas_describe_every_served_kind_for_kubectl_explain() {
+        let doc = group_version("apps", "v1").unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let deploy = &schemas["io.k8s.api.apps.v1.Deployment"];
+        assert_eq!(deploy["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
+        assert!(deploy.get("required").is_none(), "metadata is not required");
+        // `explain deployment.spec.strategy` walks spec -> strategy through described refs.
+        let spec_ref = deploy["properties"]["spec"]["allOf"][0]["$ref"].as_str().unwrap();
+        assert_eq!(spec_ref, "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec");
+        let strategy = &schemas["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"];
+        assert!(strategy["description"].as_str().unwrap().contains("replace existing pods"));
+        let strategy_type = &schemas["io.k8s.api.apps.v1.DeploymentStrategy"]["properties"]["type"];
+        assert_eq!(strategy_type["type"], "string");
+        // Referenced types from other groups come along.
+        assert!(schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"].is_object());
+        assert!(schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].is_object());
+        let core = group_version("", "v1").unwrap();
+        for kind in ["Pod", "Namespace", "Node", "Event", "ConfigMap", "Secret", "Service", "ServiceAccount"] {
+            let schema = &core["components"]["schemas"][format!("io.k8s.api.core.v1.{kind}")];
+            assert_eq!(schema["x-kubernetes-group-version-kind"][0]["kind"], kind);
+            assert!(schema["properties"]["metadata"].is_object(), "{kind}");
+        }
     }
 }
