@@ -151,6 +151,28 @@ impl ApiError {
         )
     }
 
+    /// A server-side apply that conflicts with other field managers (upstream's
+    /// `NewApplyConflict`): one `FieldManagerConflict` cause per field.
+    pub fn apply_conflict(conflicts: &[crate::managed::Conflict]) -> Self {
+        let causes = conflicts
+            .iter()
+            .map(|c| StatusCause {
+                reason: "FieldManagerConflict".into(),
+                message: format!("conflict with {}", c.manager),
+                field: c.field.clone(),
+            })
+            .collect();
+        Self::new(
+            409,
+            "Conflict",
+            crate::managed::conflict_message(conflicts),
+            Some(StatusDetails {
+                causes,
+                ..Default::default()
+            }),
+        )
+    }
+
     pub fn already_exists(gr: &GroupResource, name: &str) -> Self {
         Self::new(
             409,
@@ -236,7 +258,7 @@ impl ApiError {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json; got {content_type}"), None)
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml; got {content_type}"), None)
     }
 
     pub fn request_entity_too_large(message: impl Into<String>) -> Self {

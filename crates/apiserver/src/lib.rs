@@ -268,7 +268,7 @@ async fn bootstrap_namespaces(
         .context("namespaces registry")?;
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        match ns.create("", obj, false).await {
+        match ns.create("", obj, false, Some("rkube-apiserver")).await {
             Ok(_) => tracing::info!(namespace = name, "created namespace"),
             Err(e) if e.code() == 409 => {}
             Err(e) => anyhow::bail!("creating namespace {name}: {}", e.status().message),

@@ -113,7 +113,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             (3, 2) => {
                 let encoding = r.string()?;
                 if !encoding.is_empty() {
-                    return Err(ProtoError::Invalid(format!("unsupported contentEncoding {encoding:?}")));
+                    return Err(ProtoError::Invalid(format!(
+                        "unsupported contentEncoding {encoding:?}"
+                    )));
                 }
             }
             _ => r.skip(wire)?,
@@ -177,7 +179,10 @@ fn schema() -> &'static Schema {
 fn parse_schema(text: &'static str) -> Schema {
     let mut schema: Schema = HashMap::new();
     let mut current: Option<&'static str> = None;
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let parts: Vec<&'static str> = line.split(' ').collect();
         if parts[0] == "message" {
             current = Some(parts[1]);
@@ -193,16 +198,22 @@ fn parse_schema(text: &'static str) -> Schema {
         };
         let kind = |code: &str, reference: Option<&&'static str>| match code {
             "m" => Kind::Message(reference.expect("schema.txt: message field without a type")),
-            other => Kind::Scalar(scalar(other).unwrap_or_else(|| panic!("schema.txt: kind {other}"))),
+            other => {
+                Kind::Scalar(scalar(other).unwrap_or_else(|| panic!("schema.txt: kind {other}")))
+            }
         };
         let kind = match code.strip_prefix("map:") {
             Some(value) => Kind::Map(Box::new(kind(value, parts.get(3)))),
             None => kind(code, parts.get(3)),
         };
-        schema
-            .entry(message)
-            .or_default()
-            .insert(tag, Field { json: parts[1], repeated, kind });
+        schema.entry(message).or_default().insert(
+            tag,
+            Field {
+                json: parts[1],
+                repeated,
+                kind,
+            },
+        );
     }
     schema
 }
@@ -248,11 +259,17 @@ fn decode_into(message: &str, data: &[u8], out: &mut Map<String, Value>) -> Resu
                 }
             }
             kind if field.repeated => {
-                let values = out.entry(field.json).or_insert_with(|| Value::Array(Vec::new()));
-                let Value::Array(values) = values else { return Err(r.malformed()) };
+                let values = out
+                    .entry(field.json)
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                let Value::Array(values) = values else {
+                    return Err(r.malformed());
+                };
                 match kind {
                     // A packed run of varints.
-                    Kind::Scalar(s @ (Scalar::Int32 | Scalar::Int64 | Scalar::Bool)) if wire == 2 => {
+                    Kind::Scalar(s @ (Scalar::Int32 | Scalar::Int64 | Scalar::Bool))
+                        if wire == 2 =>
+                    {
                         let mut packed = Reader::new(r.bytes()?, message);
                         while !packed.done() {
                             values.push(varint_value(*s, packed.varint()?));
@@ -320,9 +337,12 @@ fn value(kind: &Kind, wire: u8, r: &mut Reader<'_>) -> Result<Value, ProtoError>
         (Kind::Scalar(Scalar::Bytes), 2) => {
             Value::String(base64::engine::general_purpose::STANDARD.encode(r.bytes()?))
         }
-        (Kind::Scalar(s @ (Scalar::Bool | Scalar::Int32 | Scalar::Int64)), 0) => varint_value(*s, r.varint()?),
+        (Kind::Scalar(s @ (Scalar::Bool | Scalar::Int32 | Scalar::Int64)), 0) => {
+            varint_value(*s, r.varint()?)
+        }
         (Kind::Scalar(Scalar::Double), 1) => {
-            serde_json::Number::from_f64(f64::from_bits(r.fixed64()?)).map_or(Value::Null, Value::Number)
+            serde_json::Number::from_f64(f64::from_bits(r.fixed64()?))
+                .map_or(Value::Null, Value::Number)
         }
         (Kind::Message(inner), 2) => {
             let data = r.bytes()?;
@@ -448,7 +468,11 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(data: &'a [u8], message: &'a str) -> Self {
-        Reader { data, at: 0, message }
+        Reader {
+            data,
+            at: 0,
+            message,
+        }
     }
 
     fn done(&self) -> bool {
@@ -486,15 +510,23 @@ impl<'a> Reader<'a> {
     }
 
     fn fixed64(&mut self) -> Result<u64, ProtoError> {
-        let b = self.data.get(self.at..self.at + 8).ok_or_else(|| self.malformed())?;
+        let b = self
+            .data
+            .get(self.at..self.at + 8)
+            .ok_or_else(|| self.malformed())?;
         self.at += 8;
-        Ok(u64::from_le_bytes(b.try_into().map_err(|_| self.malformed())?))
+        Ok(u64::from_le_bytes(
+            b.try_into().map_err(|_| self.malformed())?,
+        ))
     }
 
     fn bytes(&mut self) -> Result<&'a [u8], ProtoError> {
         let len = usize::try_from(self.varint()?).map_err(|_| self.malformed())?;
         let end = self.at.checked_add(len).ok_or_else(|| self.malformed())?;
-        let b = self.data.get(self.at..end).ok_or_else(|| self.malformed())?;
+        let b = self
+            .data
+            .get(self.at..end)
+            .ok_or_else(|| self.malformed())?;
         self.at = end;
         Ok(b)
     }

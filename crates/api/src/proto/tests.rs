@@ -60,7 +60,10 @@ fn meta(name: &str) -> W {
 
 #[test]
 fn a_namespace_as_kubectl_create_namespace_sends_it() {
-    let raw = W::default().msg(1, meta("demo")).msg(2, W::default()).msg(3, W::default().str(1, ""));
+    let raw = W::default()
+        .msg(1, meta("demo"))
+        .msg(2, W::default())
+        .msg(3, W::default().str(1, ""));
     let got = decode(&envelope("v1", "Namespace", raw)).unwrap();
     assert_eq!(
         got,
@@ -78,7 +81,10 @@ fn secret_bytes_are_base64_and_a_false_pointer_is_kept() {
     let got = decode(&envelope("v1", "Secret", raw)).unwrap();
     assert_eq!(got["data"]["password"], "czNjcv9ldA==");
     assert_eq!(got["type"], "Opaque");
-    assert_eq!(got["immutable"], false, "immutable is a *bool: false is a value");
+    assert_eq!(
+        got["immutable"], false,
+        "immutable is a *bool: false is a value"
+    );
 }
 
 #[test]
@@ -99,7 +105,9 @@ fn a_deployment_with_wrappers_maps_and_repeated_messages() {
         .msg(2, pod_spec);
     let strategy = W::default().str(1, "RollingUpdate").msg(
         2,
-        W::default().msg(1, W::default().int(1, 1).str(3, "25%")).msg(2, W::default().int(1, 0).int(2, 1)),
+        W::default()
+            .msg(1, W::default().int(1, 1).str(3, "25%"))
+            .msg(2, W::default().int(1, 0).int(2, 1)),
     );
     let spec = W::default()
         .int(1, 0) // replicas: 0 is kept
@@ -109,13 +117,22 @@ fn a_deployment_with_wrappers_maps_and_repeated_messages() {
         .int(5, 0) // minReadySeconds: 0, dropped
         .int(7, 0); // paused: false, dropped
     let metadata = meta("web").msg(8, W::default().int(1, 1_700_000_000).int(2, 0));
-    let raw = W::default().msg(1, metadata).msg(2, spec).msg(3, W::default());
+    let raw = W::default()
+        .msg(1, metadata)
+        .msg(2, spec)
+        .msg(3, W::default());
     let got = decode(&envelope("apps/v1", "Deployment", raw)).unwrap();
     assert_eq!(got["metadata"]["creationTimestamp"], "2023-11-14T22:13:20Z");
     assert_eq!(got["spec"]["replicas"], 0);
     assert!(got["spec"].get("minReadySeconds").is_none() && got["spec"].get("paused").is_none());
-    assert_eq!(got["spec"]["selector"], json!({"matchLabels": {"app": "nginx"}}));
-    assert_eq!(got["spec"]["template"]["metadata"]["labels"], json!({"app": "nginx"}));
+    assert_eq!(
+        got["spec"]["selector"],
+        json!({"matchLabels": {"app": "nginx"}})
+    );
+    assert_eq!(
+        got["spec"]["template"]["metadata"]["labels"],
+        json!({"app": "nginx"})
+    );
     let c = &got["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         *c,
@@ -131,8 +148,12 @@ fn a_deployment_with_wrappers_maps_and_repeated_messages() {
 #[test]
 fn an_embedded_message_lands_in_its_parents_object() {
     // Volume{name, VolumeSource{configMap{LocalObjectReference{name}, defaultMode 0}}}.
-    let cm = W::default().msg(1, W::default().str(1, "settings")).int(3, 0);
-    let volume = W::default().str(1, "config").msg(2, W::default().msg(19, cm));
+    let cm = W::default()
+        .msg(1, W::default().str(1, "settings"))
+        .int(3, 0);
+    let volume = W::default()
+        .str(1, "config")
+        .msg(2, W::default().msg(19, cm));
     let spec = W::default().msg(1, volume);
     let raw = W::default().msg(1, meta("p")).msg(2, spec);
     let got = decode(&envelope("v1", "Pod", raw)).unwrap();
@@ -151,10 +172,16 @@ fn bad_bodies_are_clear_errors() {
         let _ = decode(&good[..cut]);
     }
     // Cut inside the object's bytes: its length prefix promises more than there is.
-    assert_eq!(decode(&good[..good.len() - 3]), Err(ProtoError::Malformed("runtime.Unknown".into())));
+    assert_eq!(
+        decode(&good[..good.len() - 3]),
+        Err(ProtoError::Malformed("runtime.Unknown".into()))
+    );
     assert_eq!(
         decode(&envelope("v1", "ConfigMap", W::default().str(9, "?"))),
-        Err(ProtoError::UnknownField { message: "api.core.v1.ConfigMap".into(), field: 9 })
+        Err(ProtoError::UnknownField {
+            message: "api.core.v1.ConfigMap".into(),
+            field: 9
+        })
     );
     assert!(matches!(
         decode(&envelope("example.com/v1", "Widget", W::default())),
@@ -180,7 +207,16 @@ fn every_schema_reference_resolves() {
             assert!(known, "{message}.{} refers to unknown {target}", field.json);
         }
     }
-    for kind in ["Pod", "Namespace", "Node", "Event", "ConfigMap", "Secret", "Service", "ServiceAccount"] {
+    for kind in [
+        "Pod",
+        "Namespace",
+        "Node",
+        "Event",
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    ] {
         assert!(message_for("v1", kind).is_some(), "{kind}");
     }
     assert!(message_for("rbac.authorization.k8s.io/v1", "ClusterRoleBinding").is_some());
@@ -214,7 +250,10 @@ fn bodies_captured_from_kubectl_decode_to_what_its_json_would_say() {
     );
     let secret = decode(include_bytes!("testdata/kubectl-create-secret.pb")).unwrap();
     assert_eq!(secret["data"], json!({"password": "eA=="}));
-    assert_eq!(secret["metadata"], json!({"name": "s1", "namespace": "demo"}));
+    assert_eq!(
+        secret["metadata"],
+        json!({"name": "s1", "namespace": "demo"})
+    );
     let deploy = decode(include_bytes!("testdata/kubectl-create-deployment.pb")).unwrap();
     assert_eq!(
         deploy,

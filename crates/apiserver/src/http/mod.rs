@@ -105,6 +105,20 @@ fn read_object(content_type: &str, raw: Bytes) -> Result<(Bytes, Value), ApiErro
     }
 }
 
+/// 422 for a bad query option: `PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: …`.
+fn options_invalid(kind: &str, field: &str, reason: &str, message: &str) -> ApiError {
+    ApiError::invalid(
+        "meta.k8s.io",
+        kind,
+        "",
+        vec![rkube_api::StatusCause {
+            reason: reason.into(),
+            message: message.into(),
+            field: field.into(),
+        }],
+    )
+}
+
 /// A DELETE's optional DeleteOptions body, as JSON.
 fn delete_body(content_type: &str, raw: Bytes) -> Result<Bytes, ApiError> {
     if raw.is_empty() {
@@ -218,6 +232,35 @@ async fn serve(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let field_manager = query
+        .iter()
+        .find(|(k, _)| k == "fieldManager")
+        .map(|(_, v)| v.clone());
+    if field_manager.as_ref().is_some_and(|m| m.len() > 128) {
+        return Err(options_invalid(
+            "CreateOptions",
+            "fieldManager",
+            "FieldValueTooLong",
+            "Too long: may not be more than 128 bytes",
+        ));
+    }
+    // Writes without a fieldManager are recorded under the client's name, as upstream does:
+    // the User-Agent up to its first `/`.
+    let update_manager = field_manager.clone().or_else(|| {
+        req.headers()
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .map(|ua| {
+                ua.split('/')
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(128)
+                    .collect()
+            })
+            .filter(|m: &String| !m.is_empty())
+    });
+    let manager = update_manager.as_deref();
     let ns_owned = info.namespace.clone().unwrap_or_default();
     let ns = ns_owned.as_str();
     if reg.def.namespaced && info.name.is_some() && info.namespace.is_none() {
@@ -296,7 +339,7 @@ async fn serve(
             let fv = FieldValidation::from_query(&query)?;
             let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             let warnings = fv.check(reg.def.kind, &raw, &body)?;
-            let obj = reg.create(ns, body, dry).await?;
+            let obj = reg.create(ns, body, dry, manager).await?;
             Ok(with_warnings(
                 json_value(StatusCode::CREATED, &obj),
                 &warnings,
@@ -315,11 +358,13 @@ async fn serve(
             let dry = dry_run(&query)?;
             let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             match sub {
-                Some("scale") => subresources::update_scale(reg, ns, name, body, dry).await,
+                Some("scale") => {
+                    subresources::update_scale(reg, ns, name, body, dry, manager).await
+                }
                 Some("finalize") | Some("status") | None => {
                     let warnings =
                         FieldValidation::from_query(&query)?.check(reg.def.kind, &raw, &body)?;
-                    let (obj, created) = reg.update(ns, name, body, sub, dry).await?;
+                    let (obj, created) = reg.update(ns, name, body, sub, dry, manager).await?;
                     let code = if created {
                         StatusCode::CREATED
                     } else {
@@ -337,26 +382,52 @@ async fn serve(
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,
                 "application/strategic-merge-patch+json" => PatchType::Strategic,
+                "application/apply-patch+yaml" => PatchType::Apply {
+                    force: query.iter().any(|(k, v)| k == "force" && v == "true"),
+                },
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
+            let force_given = query.iter().any(|(k, _)| k == "force");
+            if force_given && !matches!(pt, PatchType::Apply { .. }) {
+                return Err(options_invalid(
+                    "PatchOptions",
+                    "force",
+                    "FieldValueForbidden",
+                    "Forbidden: may not be specified for non-apply patch",
+                ));
+            }
+            // Apply names its manager explicitly; other patches fall back to the client's.
+            let patch_manager = match pt {
+                PatchType::Apply { .. } => field_manager.as_deref(),
+                _ => manager,
+            };
             match sub {
-                Some("scale") => subresources::patch_scale(reg, ns, name, pt, &body, dry).await,
-                Some("status") | None => Ok(json_value(
-                    StatusCode::OK,
-                    &reg.patch(
-                        ns,
-                        name,
-                        crate::registry::PatchRequest {
-                            patch_type: pt,
-                            body: &body,
-                            subresource: sub,
-                            dry_run: dry,
-                            strict_fields: FieldValidation::from_query(&query)?
-                                == FieldValidation::Strict,
-                        },
-                    )
-                    .await?,
-                )),
+                Some("scale") => {
+                    subresources::patch_scale(reg, ns, name, pt, &body, dry, manager).await
+                }
+                Some("status") | None => {
+                    let (obj, created) = reg
+                        .patch(
+                            ns,
+                            name,
+                            crate::registry::PatchRequest {
+                                patch_type: pt,
+                                body: &body,
+                                subresource: sub,
+                                dry_run: dry,
+                                strict_fields: FieldValidation::from_query(&query)?
+                                    == FieldValidation::Strict,
+                                manager: patch_manager,
+                            },
+                        )
+                        .await?;
+                    let code = if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    Ok(json_value(code, &obj))
+                }
                 Some(_) => Err(ApiError::method_not_supported(&gr, "patch")),
             }
         }

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coordination, core::v1 as core};
 use k8s_openapi::api::rbac::v1 as rbac;
+use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coordination, core::v1 as core};
 use rkube_api::{resources, ResourceDef, RESOURCES};
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Map, Value};
@@ -243,20 +243,40 @@ mod tests {
         let doc = group_version("apps", "v1").unwrap();
         let schemas = &doc["components"]["schemas"];
         let deploy = &schemas["io.k8s.api.apps.v1.Deployment"];
-        assert_eq!(deploy["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
+        assert_eq!(
+            deploy["x-kubernetes-group-version-kind"][0]["kind"],
+            "Deployment"
+        );
         assert!(deploy.get("required").is_none(), "metadata is not required");
         // `explain deployment.spec.strategy` walks spec -> strategy through described refs.
-        let spec_ref = deploy["properties"]["spec"]["allOf"][0]["$ref"].as_str().unwrap();
-        assert_eq!(spec_ref, "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec");
+        let spec_ref = deploy["properties"]["spec"]["allOf"][0]["$ref"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            spec_ref,
+            "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec"
+        );
         let strategy = &schemas["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"];
-        assert!(strategy["description"].as_str().unwrap().contains("replace existing pods"));
+        assert!(strategy["description"]
+            .as_str()
+            .unwrap()
+            .contains("replace existing pods"));
         let strategy_type = &schemas["io.k8s.api.apps.v1.DeploymentStrategy"]["properties"]["type"];
         assert_eq!(strategy_type["type"], "string");
         // Referenced types from other groups come along.
         assert!(schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"].is_object());
         assert!(schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].is_object());
         let core = group_version("", "v1").unwrap();
-        for kind in ["Pod", "Namespace", "Node", "Event", "ConfigMap", "Secret", "Service", "ServiceAccount"] {
+        for kind in [
+            "Pod",
+            "Namespace",
+            "Node",
+            "Event",
+            "ConfigMap",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+        ] {
             let schema = &core["components"]["schemas"][format!("io.k8s.api.core.v1.{kind}")];
             assert_eq!(schema["x-kubernetes-group-version-kind"][0]["kind"], kind);
             assert!(schema["properties"]["metadata"].is_object(), "{kind}");

@@ -215,6 +215,7 @@ async fn apply_scale(
     ns: &str,
     name: &str,
     dry: bool,
+    manager: Option<&str>,
     mut make: impl FnMut(&Value) -> Result<Value, ApiError>,
 ) -> Result<Response, ApiError> {
     let gr = GroupResource::new(reg.def.group, &format!("{}/scale", reg.def.plural));
@@ -258,7 +259,7 @@ async fn apply_scale(
             }
             let mut new = cur.clone();
             new["spec"]["replicas"] = json!(replicas);
-            reg.prepare_update(ns, name, cur, new, None)
+            reg.prepare_update(ns, name, cur, new, None, manager)
         })
         .await?;
     Ok((
@@ -275,8 +276,9 @@ pub async fn update_scale(
     name: &str,
     body: Value,
     dry: bool,
+    manager: Option<&str>,
 ) -> Result<Response, ApiError> {
-    apply_scale(reg, ns, name, dry, |_| Ok(body.clone())).await
+    apply_scale(reg, ns, name, dry, manager, |_| Ok(body.clone())).await
 }
 
 pub async fn patch_scale(
@@ -286,10 +288,11 @@ pub async fn patch_scale(
     pt: PatchType,
     patch: &[u8],
     dry: bool,
+    manager: Option<&str>,
 ) -> Result<Response, ApiError> {
     let patch: Value = serde_json::from_slice(patch)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    apply_scale(reg, ns, name, dry, |scale| {
+    apply_scale(reg, ns, name, dry, manager, |scale| {
         let mut s = scale.clone();
         match pt {
             PatchType::Merge => rkube_api::patch::merge_patch(&mut s, &patch),
@@ -297,6 +300,11 @@ pub async fn patch_scale(
                 .map_err(ApiError::bad_request)?,
             PatchType::Json => {
                 rkube_api::patch::json_patch(&mut s, &patch).map_err(ApiError::bad_request)?
+            }
+            PatchType::Apply { .. } => {
+                return Err(ApiError::unsupported_media_type(
+                    "application/apply-patch+yaml (server-side apply of the scale subresource)",
+                ))
             }
         }
         Ok(s)

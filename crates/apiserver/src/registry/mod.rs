@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rkube_api::status::OPTIMISTIC_LOCK_MSG;
 use rkube_api::{
-    meta, ApiError, DeleteOptions, ListOptions, Propagation, ResourceDef, Status, StatusCause,
-    StatusDetails,
+    managed, meta, ApiError, DeleteOptions, ListOptions, Propagation, ResourceDef, Status,
+    StatusCause, StatusDetails,
 };
 use rkube_etcd_api::EtcdError;
 use serde_json::{json, Value};
@@ -532,7 +532,13 @@ impl Registry {
     }
 
     /// CREATE: PrepareForCreate, validation, then `Txn(If mod_revision==0 Then Put)`.
-    pub async fn create(&self, ns: &str, mut obj: Value, dry_run: bool) -> Result<Value, ApiError> {
+    pub async fn create(
+        &self,
+        ns: &str,
+        mut obj: Value,
+        dry_run: bool,
+        manager: Option<&str>,
+    ) -> Result<Value, ApiError> {
         self.check_kind(&mut obj)?;
         self.check_namespace(&mut obj, ns)?;
         if !meta::resource_version(&obj).is_empty() {
@@ -565,7 +571,13 @@ impl Registry {
                 meta::remove_meta(&mut o, "generation");
             }
             strategy::prepare_for_create(self.def.kind, &mut o);
-            let o = self.finish_object(o, None)?;
+            let mut o = self.finish_object(o, None)?;
+            if let Some(manager) = manager {
+                let api_version = self.def.api_version();
+                let time = meta::now_rfc3339();
+                let who = self.writer(manager, &api_version, &time, None);
+                managed::record_update(self.def.kind, None, &mut o, who);
+            }
             let name = meta::name(&o).to_string();
             if dry_run {
                 return Ok(o);
@@ -713,6 +725,7 @@ impl Registry {
         cur: &Value,
         mut new: Value,
         subresource: Option<&str>,
+        manager: Option<&str>,
     ) -> Result<Decision, ApiError> {
         self.check_kind(&mut new)?;
         self.check_namespace(&mut new, ns)?;
@@ -814,6 +827,19 @@ impl Registry {
         {
             meta::set_meta(&mut new, "generation", json!(meta::generation(cur) + 1));
         }
+        // managedFields: the client's when it sent them, else the stored ones; then the
+        // fields this update changed go to its manager.
+        if new.pointer("/metadata/managedFields").is_none() {
+            if let Some(mf) = cur.pointer("/metadata/managedFields") {
+                meta::set_meta(&mut new, "managedFields", mf.clone());
+            }
+        }
+        if let Some(manager) = manager {
+            let api_version = self.def.api_version();
+            let time = meta::now_rfc3339();
+            let who = self.writer(manager, &api_version, &time, subresource);
+            managed::record_update(self.def.kind, Some(cur), &mut new, who);
+        }
         // An update that clears the last finalizer of a deleting object removes it.
         if meta::deletion_timestamp(cur).is_some()
             && meta::finalizers(&new).is_empty()
@@ -833,12 +859,13 @@ impl Registry {
         body: Value,
         subresource: Option<&str>,
         dry_run: bool,
+        manager: Option<&str>,
     ) -> Result<(Value, bool), ApiError> {
         let allow_create = subresource.is_none() && matches!(self.def.kind, "Lease" | "Event");
         let body_for_create = body.clone();
         let r = self
             .guaranteed_update(ns, name, dry_run, |cur| {
-                self.prepare_update(ns, name, cur, body.clone(), subresource)
+                self.prepare_update(ns, name, cur, body.clone(), subresource, manager)
             })
             .await;
         match r {
@@ -848,27 +875,45 @@ impl Registry {
                 if meta::name(&b).is_empty() {
                     meta::set_meta(&mut b, "name", json!(name));
                 }
-                self.create(ns, b, dry_run).await.map(|o| (o, true))
+                self.create(ns, b, dry_run, manager)
+                    .await
+                    .map(|o| (o, true))
             }
             Err(e) => Err(e),
             Ok((obj, _)) => Ok((obj, false)),
         }
     }
 
-    /// PATCH: applies the patch to the current object inside the CAS loop.
+    /// PATCH: applies the patch to the current object inside the CAS loop. Returns the object
+    /// and whether it was created (server-side apply creates).
     pub async fn patch(
         &self,
         ns: &str,
         name: &str,
         req: PatchRequest<'_>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<(Value, bool), ApiError> {
         let PatchRequest {
             patch_type,
             body: patch,
             subresource,
             dry_run,
             strict_fields,
+            manager,
         } = req;
+        if let PatchType::Apply { force } = patch_type {
+            return self
+                .apply(
+                    ns,
+                    name,
+                    patch,
+                    subresource,
+                    dry_run,
+                    strict_fields,
+                    manager,
+                    force,
+                )
+                .await;
+        }
         let patch: Value = serde_json::from_slice(patch)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
         let (obj, _) = self
@@ -892,6 +937,7 @@ impl Registry {
                             },
                         )?
                     }
+                    PatchType::Apply { .. } => unreachable!("handled above"),
                     PatchType::Json => {
                         rkube_api::patch::json_patch(&mut target, &patch).map_err(|e| {
                             ApiError::invalid(
@@ -908,22 +954,107 @@ impl Registry {
                     }
                 }
                 if strict_fields {
-                    let unknown = strategy::unknown_fields(self.def.kind, &target);
-                    if !unknown.is_empty() {
-                        let msgs: Vec<String> = unknown
-                            .iter()
-                            .map(|f| format!("unknown field \"{f}\""))
-                            .collect();
-                        return Err(ApiError::bad_request(format!(
-                            "strict decoding error: {}",
-                            msgs.join(", ")
-                        )));
-                    }
+                    self.check_unknown_fields(&target)?;
                 }
-                self.prepare_update(ns, name, cur, target, subresource)
+                self.prepare_update(ns, name, cur, target, subresource, manager)
             })
             .await?;
-        Ok(obj)
+        Ok((obj, false))
+    }
+
+    fn check_unknown_fields(&self, obj: &Value) -> Result<(), ApiError> {
+        let unknown = strategy::unknown_fields(self.def.kind, obj);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let msgs: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            msgs.join(", ")
+        )))
+    }
+
+    fn writer<'a>(
+        &self,
+        manager: &'a str,
+        api_version: &'a str,
+        time: &'a str,
+        subresource: Option<&str>,
+    ) -> managed::Writer<'a> {
+        managed::Writer {
+            manager,
+            api_version,
+            time,
+            scope: managed::Scope::of(subresource),
+        }
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`): merges the applied configuration
+    /// under `manager`'s ownership, or creates the object from it.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply(
+        &self,
+        ns: &str,
+        name: &str,
+        body: &[u8],
+        subresource: Option<&str>,
+        dry_run: bool,
+        strict_fields: bool,
+        manager: Option<&str>,
+        force: bool,
+    ) -> Result<(Value, bool), ApiError> {
+        let manager = manager.filter(|m| !m.is_empty()).ok_or_else(|| {
+            ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                vec![StatusCause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value: is required for apply patch".into(),
+                    field: "fieldManager".into(),
+                }],
+            )
+        })?;
+        let config: Value = serde_json::from_slice(body)
+            .or_else(|_| serde_yaml::from_slice(body))
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !config.is_object() {
+            return Err(ApiError::bad_request(
+                "error decoding YAML: the applied configuration must be an object",
+            ));
+        }
+        if strict_fields {
+            self.check_unknown_fields(&config)?;
+        }
+        let api_version = self.def.api_version();
+        let time = meta::now_rfc3339();
+        let who = self.writer(manager, &api_version, &time, subresource);
+        let updated = self
+            .guaranteed_update(ns, name, dry_run, |cur| {
+                let merged = managed::apply(self.def.kind, Some(cur), &config, who, force)
+                    .map_err(|c| ApiError::apply_conflict(&c))?;
+                self.prepare_update(ns, name, cur, merged, subresource, None)
+            })
+            .await;
+        match updated {
+            Err(e) if e.code() == 404 && e.reason() == "NotFound" && subresource.is_none() => {
+                let mut obj = managed::apply(self.def.kind, None, &config, who, force)
+                    .map_err(|c| ApiError::apply_conflict(&c))?;
+                if meta::name(&obj).is_empty() {
+                    meta::set_meta(&mut obj, "name", json!(name));
+                } else if meta::name(&obj) != name {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({}) does not match the name on the URL ({name})",
+                        meta::name(&obj)
+                    )));
+                }
+                self.create(ns, obj, dry_run, None).await.map(|o| (o, true))
+            }
+            r => r.map(|(obj, _)| (obj, false)),
+        }
     }
 
     /// DELETE with preconditions, graceful deletion (pods), finalizers and the garbage
@@ -1061,6 +1192,8 @@ pub struct PatchRequest<'a> {
     pub dry_run: bool,
     /// `fieldValidation=Strict`: undeclared fields in the patched object are an error.
     pub strict_fields: bool,
+    /// The field manager the change is recorded under (None: not recorded).
+    pub manager: Option<&'a str>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1068,6 +1201,10 @@ pub enum PatchType {
     Merge,
     Json,
     Strategic,
+    /// Server-side apply; `force` takes conflicting fields from their managers.
+    Apply {
+        force: bool,
+    },
 }
 
 trait KindMismatch {

@@ -986,7 +986,7 @@ async fn strategic_merge_patch(c: &Cluster) {
             "PATCH",
             "/apis/apps/v1/namespaces/default/deployments/smp",
             Some(&patch),
-            "application/apply-patch+yaml",
+            "application/yaml",
         )
         .await;
     assert_eq!(code, 415);
@@ -994,4 +994,149 @@ async fn strategic_merge_patch(c: &Cluster) {
 
 cases! {
     strategic_merge_patch, strategic_merge_patch_rkube, strategic_merge_patch_etcd;
+}
+
+async fn server_side_apply(c: &Cluster) {
+    let path = "/apis/apps/v1/namespaces/default/deployments/ssa";
+    let apply = |replicas: i64, image: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa", "labels": {"app": "ssa"}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "ssa"}}, "template": {"metadata": {"labels": {"app": "ssa"}},
+            "spec": {"containers": [{"name": "nginx", "image": image}]}}}})
+    };
+    let ssa = "application/apply-patch+yaml";
+    let apply_as = |manager: &str, body: &Value| {
+        let url = format!("{path}?fieldManager={manager}");
+        let body = body.clone();
+        async move {
+            c.req("PATCH", &url, Some(&body), "application/apply-patch+yaml")
+                .await
+        }
+    };
+    // Apply needs a field manager.
+    let (code, got) = c.req("PATCH", path, Some(&apply(2, "nginx:1")), ssa).await;
+    assert_eq!(code, 422, "{got}");
+    assert!(
+        got["message"]
+            .as_str()
+            .unwrap()
+            .contains("fieldManager: Required value"),
+        "{got}"
+    );
+    // The first apply creates, owned by its manager.
+    let (code, got) = c
+        .req(
+            "PATCH",
+            &format!("{path}?fieldManager=alice"),
+            Some(&apply(2, "nginx:1")),
+            ssa,
+        )
+        .await;
+    assert_eq!(code, 201, "{got}");
+    assert_eq!(got["spec"]["replicas"], 2);
+    let mf = &got["metadata"]["managedFields"][0];
+    assert_eq!(
+        (mf["manager"].as_str(), mf["operation"].as_str()),
+        (Some("alice"), Some("Apply"))
+    );
+    assert!(mf["fieldsV1"]["f:spec"]["f:replicas"].is_object(), "{mf}");
+    // Another manager setting replicas differently conflicts, with the field named.
+    let scale_to_5 = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa"}, "spec": {"replicas": 5}});
+    let (code, got) = c
+        .req(
+            "PATCH",
+            &format!("{path}?fieldManager=bob"),
+            Some(&scale_to_5),
+            ssa,
+        )
+        .await;
+    assert_eq!(code, 409, "{got}");
+    assert_eq!(got["reason"], "Conflict");
+    assert_eq!(
+        got["message"],
+        "Apply failed with 1 conflict: conflict with \"alice\": .spec.replicas"
+    );
+    assert_eq!(
+        got["details"]["causes"][0]["reason"],
+        "FieldManagerConflict"
+    );
+    assert_eq!(got["details"]["causes"][0]["field"], ".spec.replicas");
+    // Forced, bob takes the field; alice's next apply without replicas leaves bob's value.
+    let (code, got) = c
+        .req(
+            "PATCH",
+            &format!("{path}?fieldManager=bob&force=true"),
+            Some(&scale_to_5),
+            ssa,
+        )
+        .await;
+    assert_eq!(
+        (code, got["spec"]["replicas"].as_i64()),
+        (200, Some(5)),
+        "{got}"
+    );
+    let mut without_replicas = apply(0, "nginx:2");
+    without_replicas["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("replicas");
+    let (code, got) = apply_as("alice", &without_replicas).await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"]["replicas"], 5);
+    assert_eq!(
+        got["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+    // An ordinary update is recorded under its fieldManager and takes what it changes.
+    let mut edited = got.clone();
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:3");
+    let (code, got) = c
+        .req(
+            "PUT",
+            &format!("{path}?fieldManager=kubectl-edit"),
+            Some(&edited),
+            "application/json",
+        )
+        .await;
+    assert_eq!(code, 200, "{got}");
+    let managers: Vec<(String, String)> = got["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap().into(),
+                e["operation"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&("kubectl-edit".into(), "Update".into())),
+        "{managers:?}"
+    );
+    let (code, got) = apply_as("alice", &without_replicas).await;
+    assert_eq!(
+        code, 409,
+        "alice's image now conflicts with kubectl-edit's: {got}"
+    );
+    assert!(
+        got["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"kubectl-edit\" using apps/v1"),
+        "{got}"
+    );
+    // force is only for apply.
+    let (code, _) = c
+        .req(
+            "PATCH",
+            &format!("{path}?force=true"),
+            Some(&json!({})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(code, 422);
+}
+
+cases! {
+    server_side_apply, server_side_apply_rkube, server_side_apply_etcd;
 }

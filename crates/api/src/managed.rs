@@ -1,0 +1,651 @@
+//! Field management (`metadata.managedFields`) and server-side apply, as pure functions over
+//! JSON objects.
+//!
+//! A field set is the set of paths a manager owns, written as upstream's `FieldsV1`: `f:<name>`
+//! for an object field, `k:{"name":"nginx"}` for an item of a list merged by key, `v:<json>` for
+//! a member of a set of scalars, and `.` for a list item or map owned as a whole. Lists follow
+//! the same strategies as strategic merge patch ([`crate::strategic::list_strategy`]): keyed,
+//! set, or atomic.
+//!
+//! - An **update** (create, PUT, non-apply PATCH) gives its manager every field it added or
+//!   changed, and takes those fields (and removed ones) from every other manager.
+//! - An **apply** makes the applied configuration's fields the manager's set: it conflicts with
+//!   other managers owning a field it sets to a different value (unless forced, which takes the
+//!   field), merges the configuration into the live object, and removes the fields the manager
+//!   applied before but no longer does, unless someone else owns them too.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use crate::strategic::{list_strategy, ListStrategy};
+
+/// One step of a path: `f:spec`, `k:{"name":"nginx"}`, `v:"kubernetes"`, or `.`.
+pub type Path = Vec<String>;
+pub type FieldSet = BTreeSet<Path>;
+
+/// Object fields that hold maps (owned as a whole and per key), not structs.
+const MAP_FIELDS: &[&str] = &[
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+    "stringData",
+    "nodeSelector",
+    "matchLabels",
+    "limits",
+    "requests",
+    "capacity",
+    "allocatable",
+];
+
+/// Metadata fields no manager owns.
+const UNMANAGED_META: &[&str] = &[
+    "name",
+    "namespace",
+    "generateName",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "managedFields",
+];
+
+/// Which part of an object a write manages: the main resource leaves `status` alone, the
+/// `status` subresource manages only `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Main,
+    Status,
+}
+
+impl Scope {
+    pub fn of(subresource: Option<&str>) -> Self {
+        if subresource == Some("status") {
+            Scope::Status
+        } else {
+            Scope::Main
+        }
+    }
+
+    fn manages(self, top: &str) -> bool {
+        match self {
+            Scope::Main => !matches!(top, "status" | "apiVersion" | "kind"),
+            Scope::Status => top == "status",
+        }
+    }
+
+    fn subresource(self) -> &'static str {
+        match self {
+            Scope::Main => "",
+            Scope::Status => "status",
+        }
+    }
+}
+
+/// The fields `obj` sets, within `scope`.
+pub fn fields_of(kind: &str, obj: &Value, scope: Scope) -> FieldSet {
+    let mut out = FieldSet::new();
+    if let Value::Object(map) = obj {
+        for (k, v) in map {
+            if !scope.manages(k) {
+                continue;
+            }
+            if k == "metadata" {
+                if let Value::Object(meta) = v {
+                    for (mk, mv) in meta {
+                        if !UNMANAGED_META.contains(&mk.as_str()) {
+                            let mut names = vec!["metadata", mk.as_str()];
+                            walk(
+                                kind,
+                                mv,
+                                &mut names,
+                                &mut vec!["f:metadata".into(), format!("f:{mk}")],
+                                &mut out,
+                            );
+                        }
+                    }
+                }
+                continue;
+            }
+            walk(
+                kind,
+                v,
+                &mut vec![k.as_str()],
+                &mut vec![format!("f:{k}")],
+                &mut out,
+            );
+        }
+    }
+    out
+}
+
+fn walk<'a>(
+    kind: &str,
+    v: &'a Value,
+    names: &mut Vec<&'a str>,
+    path: &mut Path,
+    out: &mut FieldSet,
+) {
+    match v {
+        Value::Object(map) if !map.is_empty() => {
+            if names.last().is_some_and(|n| MAP_FIELDS.contains(n)) {
+                out.insert(with(path, "."));
+            }
+            walk_fields(kind, map, names, path, out);
+        }
+        Value::Array(items) => match list_strategy(kind, names) {
+            ListStrategy::MergeByKey(key) => {
+                for item in items {
+                    let Some(seg) = item_key(item, key) else {
+                        out.insert(path.clone());
+                        return;
+                    };
+                    path.push(seg);
+                    out.insert(with(path, "."));
+                    if let Value::Object(fields) = item {
+                        walk_fields(kind, fields, names, path, out);
+                    }
+                    path.pop();
+                }
+            }
+            ListStrategy::MergePrimitives => {
+                for item in items {
+                    out.insert(with(path, &format!("v:{item}")));
+                }
+            }
+            ListStrategy::Replace => {
+                out.insert(path.clone());
+            }
+        },
+        _ => {
+            out.insert(path.clone());
+        }
+    }
+}
+
+fn walk_fields<'a>(
+    kind: &str,
+    fields: &'a Map<String, Value>,
+    names: &mut Vec<&'a str>,
+    path: &mut Path,
+    out: &mut FieldSet,
+) {
+    for (k, child) in fields {
+        names.push(k);
+        path.push(format!("f:{k}"));
+        walk(kind, child, names, path, out);
+        path.pop();
+        names.pop();
+    }
+}
+
+fn with(path: &Path, seg: &str) -> Path {
+    let mut p = path.clone();
+    p.push(seg.to_string());
+    p
+}
+
+fn item_key(item: &Value, key: &str) -> Option<String> {
+    let k = item.get(key)?;
+    Some(format!("k:{}", json!({ key: k })))
+}
+
+/// The value at `path` in `obj` (a `.` step names the node it follows).
+pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = obj;
+    for seg in path {
+        cur = step(cur, seg)?;
+    }
+    Some(cur)
+}
+
+fn step<'a>(cur: &'a Value, seg: &str) -> Option<&'a Value> {
+    if seg == "." {
+        return Some(cur);
+    }
+    if let Some(name) = seg.strip_prefix("f:") {
+        return cur.get(name);
+    }
+    let items = cur.as_array()?;
+    let i = find_item(items, seg)?;
+    items.get(i)
+}
+
+fn find_item(items: &[Value], seg: &str) -> Option<usize> {
+    if let Some(keys) = seg.strip_prefix("k:") {
+        let keys: Map<String, Value> = serde_json::from_str(keys).ok()?;
+        return items
+            .iter()
+            .position(|item| keys.iter().all(|(k, v)| item.get(k) == Some(v)));
+    }
+    let want: Value = serde_json::from_str(seg.strip_prefix("v:")?).ok()?;
+    items.iter().position(|item| *item == want)
+}
+
+/// Removes the field at `path` (a path ending in `.` removes the item or map it names).
+fn remove_at(obj: &mut Value, path: &[String]) {
+    let path: Vec<&String> = path.iter().filter(|s| *s != ".").collect();
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = obj;
+    for seg in parents {
+        let next = match seg.strip_prefix("f:") {
+            Some(name) => cur.get_mut(name),
+            None => match cur.as_array().and_then(|items| find_item(items, seg)) {
+                Some(i) => cur.get_mut(i),
+                None => None,
+            },
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match last.strip_prefix("f:") {
+        Some(name) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.remove(name);
+            }
+        }
+        None => {
+            if let Some(i) = cur.as_array().and_then(|items| find_item(items, last)) {
+                if let Some(items) = cur.as_array_mut() {
+                    items.remove(i);
+                }
+            }
+        }
+    }
+}
+
+/// A field set as `FieldsV1` JSON.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut node = &mut root;
+        for seg in path {
+            let entry = node.entry(seg.clone()).or_insert_with(|| json!({}));
+            node = match entry {
+                Value::Object(m) => m,
+                _ => unreachable!("FieldsV1 nodes are objects"),
+            };
+        }
+    }
+    Value::Object(root)
+}
+
+/// `FieldsV1` JSON as a field set.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    fn go(v: &Value, path: &mut Path, out: &mut FieldSet) {
+        let Value::Object(map) = v else { return };
+        for (seg, child) in map {
+            path.push(seg.clone());
+            match child {
+                Value::Object(c) if !c.is_empty() => go(child, path, out),
+                _ => {
+                    out.insert(path.clone());
+                }
+            }
+            path.pop();
+        }
+    }
+    let mut out = FieldSet::new();
+    go(v, &mut Vec::new(), &mut out);
+    out
+}
+
+/// A path as upstream prints it: `.spec.template.spec.containers[name="nginx"].image`.
+pub fn path_string(path: &[String]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        if let Some(name) = seg.strip_prefix("f:") {
+            s.push('.');
+            s.push_str(name);
+        } else if let Some(keys) = seg.strip_prefix("k:") {
+            let keys: Map<String, Value> = serde_json::from_str(keys).unwrap_or_default();
+            let parts: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("[{}]", parts.join(",")));
+        } else if let Some(v) = seg.strip_prefix("v:") {
+            s.push_str(&format!("[={v}]"));
+        }
+    }
+    s
+}
+
+/// One `metadata.managedFields` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    pub api_version: String,
+    pub time: String,
+    pub subresource: String,
+    pub fields: FieldSet,
+}
+
+impl Entry {
+    fn is(&self, manager: &str, operation: &str, subresource: &str) -> bool {
+        self.manager == manager && self.operation == operation && self.subresource == subresource
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), json!(self.manager));
+        m.insert("operation".into(), json!(self.operation));
+        m.insert("apiVersion".into(), json!(self.api_version));
+        m.insert("time".into(), json!(self.time));
+        m.insert("fieldsType".into(), json!("FieldsV1"));
+        m.insert("fieldsV1".into(), to_fields_v1(&self.fields));
+        if !self.subresource.is_empty() {
+            m.insert("subresource".into(), json!(self.subresource));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The object's managedFields entries (malformed ones are dropped).
+pub fn entries(obj: &Value) -> Vec<Entry> {
+    let Some(list) = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    let s = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    list.iter()
+        .filter(|e| !s(e, "manager").is_empty() || e.get("fieldsV1").is_some())
+        .map(|e| Entry {
+            manager: s(e, "manager"),
+            operation: s(e, "operation"),
+            api_version: s(e, "apiVersion"),
+            time: s(e, "time"),
+            subresource: s(e, "subresource"),
+            fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+        })
+        .collect()
+}
+
+fn set_entries(obj: &mut Value, entries: &[Entry]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(Entry::to_json)
+        .collect();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if list.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(list));
+        }
+    }
+}
+
+/// Who writes, and when.
+#[derive(Clone, Copy, Debug)]
+pub struct Writer<'a> {
+    pub manager: &'a str,
+    pub api_version: &'a str,
+    pub time: &'a str,
+    pub scope: Scope,
+}
+
+/// Records an update (create when `old` is None) of `new` by `who` in `new`'s managedFields.
+/// `new` arrives with the managedFields the client sent, or with `old`'s when it sent none.
+pub fn record_update(kind: &str, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
+    let mut list = entries(new);
+    let before = old
+        .map(|o| fields_of(kind, o, who.scope))
+        .unwrap_or_default();
+    let after = fields_of(kind, new, who.scope);
+    let changed: FieldSet = after
+        .iter()
+        .filter(|p| {
+            !before.contains(*p)
+                || (p.last().is_some_and(|s| s != ".")
+                    && old.and_then(|o| value_at(o, p)) != value_at(new, p))
+        })
+        .cloned()
+        .collect();
+    let removed: FieldSet = before.difference(&after).cloned().collect();
+    if changed.is_empty() && removed.is_empty() && !list.is_empty() {
+        return;
+    }
+    for e in list.iter_mut() {
+        e.fields
+            .retain(|p| !changed.contains(p) && !removed.contains(p));
+    }
+    let sub = who.scope.subresource();
+    let mine = match list.iter().position(|e| e.is(who.manager, "Update", sub)) {
+        Some(i) => &mut list[i],
+        None => {
+            list.push(Entry {
+                manager: who.manager.to_string(),
+                operation: "Update".into(),
+                api_version: who.api_version.to_string(),
+                time: String::new(),
+                subresource: sub.to_string(),
+                fields: FieldSet::new(),
+            });
+            list.last_mut().expect("just pushed")
+        }
+    };
+    mine.fields.extend(changed);
+    mine.time = who.time.to_string();
+    mine.api_version = who.api_version.to_string();
+    set_entries(new, &list);
+}
+
+/// A field another manager owns with a different value than the applied configuration's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// As upstream prints the manager: `"kubectl-edit" using apps/v1`.
+    pub manager: String,
+    pub field: String,
+}
+
+/// Applies `config` for `who` to `live` (None: the object does not exist yet). Returns the
+/// merged object with its managedFields, or the conflicts when not `force`d.
+pub fn apply(
+    kind: &str,
+    live: Option<&Value>,
+    config: &Value,
+    who: Writer<'_>,
+    force: bool,
+) -> Result<Value, Vec<Conflict>> {
+    let empty = json!({});
+    let live_obj = live.unwrap_or(&empty);
+    let mut list = entries(live_obj);
+    if live.is_some() && list.is_empty() {
+        // Fields set before anyone tracked them belong to a placeholder manager, so that an
+        // apply cannot silently take them over.
+        list.push(Entry {
+            manager: "before-first-apply".into(),
+            operation: "Update".into(),
+            api_version: who.api_version.to_string(),
+            time: who.time.to_string(),
+            subresource: String::new(),
+            fields: fields_of(kind, live_obj, who.scope),
+        });
+    }
+    let sub = who.scope.subresource();
+    let applied = fields_of(kind, config, who.scope);
+    let mut conflicts = Vec::new();
+    let mut taken: Vec<(usize, Path)> = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        if e.is(who.manager, "Apply", sub) {
+            continue;
+        }
+        for p in applied.intersection(&e.fields) {
+            if p.last().is_some_and(|s| s == ".") {
+                continue;
+            }
+            if value_at(config, p) != value_at(live_obj, p) {
+                conflicts.push(Conflict {
+                    manager: print_manager(e),
+                    field: path_string(p),
+                });
+                taken.push((i, p.clone()));
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    for (i, p) in taken {
+        list[i].fields.remove(&p);
+    }
+    let mut merged = live_obj.clone();
+    let mut names = Vec::new();
+    merge(kind, &mut merged, config, &mut names);
+    let previous = list
+        .iter()
+        .find(|e| e.is(who.manager, "Apply", sub))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let others: FieldSet = list
+        .iter()
+        .filter(|e| !e.is(who.manager, "Apply", sub))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    // Longest paths first, so an item's fields go before the item.
+    let mut dropped: Vec<&Path> = previous
+        .difference(&applied)
+        .filter(|p| !others.contains(*p))
+        .collect();
+    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in dropped {
+        remove_at(&mut merged, p);
+    }
+    match list.iter_mut().find(|e| e.is(who.manager, "Apply", sub)) {
+        Some(e) => {
+            e.fields = applied;
+            e.time = who.time.to_string();
+            e.api_version = who.api_version.to_string();
+        }
+        None => list.push(Entry {
+            manager: who.manager.to_string(),
+            operation: "Apply".into(),
+            api_version: who.api_version.to_string(),
+            time: who.time.to_string(),
+            subresource: sub.to_string(),
+            fields: applied,
+        }),
+    }
+    if merged.get("metadata").is_none() {
+        merged["metadata"] = json!({});
+    }
+    set_entries(&mut merged, &list);
+    Ok(merged)
+}
+
+/// Merges an applied configuration into an object: objects field by field, keyed lists item
+/// by item, sets as a union, anything else replaced.
+fn merge<'a>(kind: &str, target: &mut Value, config: &'a Value, names: &mut Vec<&'a str>) {
+    match (target, config) {
+        (Value::Object(t), Value::Object(c)) => {
+            for (k, cv) in c {
+                if names.is_empty() && k == "metadata" {
+                    // managedFields are ours to write; the rest of metadata merges.
+                    if let Value::Object(cm) = cv {
+                        let tm = t.entry("metadata").or_insert_with(|| json!({}));
+                        for (mk, mv) in cm {
+                            if mk == "managedFields" {
+                                continue;
+                            }
+                            names.extend(["metadata", mk.as_str()]);
+                            match tm.get_mut(mk) {
+                                Some(existing) => merge(kind, existing, mv, names),
+                                None => {
+                                    tm[mk.as_str()] = mv.clone();
+                                }
+                            }
+                            names.truncate(names.len() - 2);
+                        }
+                    }
+                    continue;
+                }
+                names.push(k);
+                match t.get_mut(k) {
+                    Some(existing) => merge(kind, existing, cv, names),
+                    None => {
+                        t.insert(k.clone(), cv.clone());
+                    }
+                }
+                names.pop();
+            }
+        }
+        (Value::Array(t), Value::Array(c)) => match list_strategy(kind, names) {
+            ListStrategy::MergeByKey(key) => {
+                for item in c {
+                    let found = item
+                        .get(key)
+                        .and_then(|k| t.iter().position(|x| x.get(key) == Some(k)));
+                    match found {
+                        Some(i) => merge(kind, &mut t[i], item, names),
+                        None => t.push(item.clone()),
+                    }
+                }
+            }
+            ListStrategy::MergePrimitives => {
+                for item in c {
+                    if !t.contains(item) {
+                        t.push(item.clone());
+                    }
+                }
+            }
+            ListStrategy::Replace => *t = c.clone(),
+        },
+        (t, c) => *t = c.clone(),
+    }
+}
+
+/// The manager as upstream's conflict messages print it.
+fn print_manager(e: &Entry) -> String {
+    let mut s = format!("{:?}", e.manager);
+    if !e.subresource.is_empty() {
+        s = format!("{s} with subresource {:?}", e.subresource);
+    }
+    if e.operation == "Update" {
+        s = if e.time.is_empty() {
+            format!("{s} using {}", e.api_version)
+        } else {
+            format!("{s} using {} at {}", e.api_version, e.time)
+        };
+    }
+    s
+}
+
+/// Upstream's message for an apply that conflicts.
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
+    let n = conflicts.len();
+    let body = if n == 1 {
+        format!(
+            "conflict with {}: {}",
+            conflicts[0].manager, conflicts[0].field
+        )
+    } else {
+        let mut managers: Vec<&str> = conflicts.iter().map(|c| c.manager.as_str()).collect();
+        managers.sort();
+        managers.dedup();
+        let mut lines = Vec::new();
+        for m in managers {
+            lines.push(format!("conflicts with {m}:"));
+            for c in conflicts.iter().filter(|c| c.manager == m) {
+                lines.push(format!("- {}", c.field));
+            }
+        }
+        lines.join("\n")
+    };
+    format!(
+        "Apply failed with {n} conflict{}: {body}",
+        if n == 1 { "" } else { "s" }
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+use super::*;
+
+fn deployment(image: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "nginx", "image": image, "ports": [{"containerPort": 80}]}]},
+            },
+        },
+    })
+}
+
+fn who<'a>(manager: &'a str) -> Writer<'a> {
+    Writer {
+        manager,
+        api_version: "apps/v1",
+        time: "2026-11-22T00:00:00Z",
+        scope: Scope::Main,
+    }
+}
+
+fn owners(obj: &Value, path: &str) -> Vec<String> {
+    let mut owners: Vec<String> = entries(obj)
+        .into_iter()
+        .filter(|e| {
+            e.fields
+                .iter()
+                .any(|p| path_string(p) == path && p.last().is_some_and(|s| s != "."))
+        })
+        .map(|e| format!("{}/{}", e.manager, e.operation))
+        .collect();
+    owners.sort();
+    owners
+}
+
+#[test]
+fn field_sets_are_written_as_upstreams_fields_v1() {
+    let set = fields_of("Deployment", &deployment("nginx:1", 1), Scope::Main);
+    let v1 = to_fields_v1(&set);
+    assert_eq!(
+        v1,
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {
+                "f:replicas": {},
+                "f:selector": {"f:matchLabels": {".": {}, "f:app": {}}},
+                "f:template": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"nginx\"}": {
+                        ".": {}, "f:image": {}, "f:name": {},
+                        "f:ports": {"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}},
+                    }}},
+                },
+            },
+        })
+    );
+    assert_eq!(from_fields_v1(&v1), set, "FieldsV1 round-trips");
+    let finalizers = json!({"metadata": {"finalizers": ["a", "b"]}});
+    assert_eq!(
+        to_fields_v1(&fields_of("Pod", &finalizers, Scope::Main)),
+        json!({"f:metadata": {"f:finalizers": {"v:\"a\"": {}, "v:\"b\"": {}}}})
+    );
+}
+
+#[test]
+fn an_update_takes_the_fields_it_changes_from_their_owners() {
+    let mut created = deployment("nginx:1", 1);
+    record_update("Deployment", None, &mut created, who("kubectl-create"));
+    assert_eq!(
+        owners(&created, ".spec.replicas"),
+        ["kubectl-create/Update"]
+    );
+    let mut edited = created.clone();
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
+    record_update(
+        "Deployment",
+        Some(&created),
+        &mut edited,
+        who("kubectl-edit"),
+    );
+    let image = ".spec.template.spec.containers[name=\"nginx\"].image";
+    assert_eq!(owners(&edited, image), ["kubectl-edit/Update"]);
+    assert_eq!(owners(&edited, ".spec.replicas"), ["kubectl-create/Update"]);
+    // An update that changes nothing leaves managedFields as they were.
+    let mut same = edited.clone();
+    record_update("Deployment", Some(&edited), &mut same, who("someone"));
+    assert_eq!(same, edited);
+}
+
+#[test]
+fn apply_creates_updates_and_removes_what_it_no_longer_applies() {
+    let mut config = deployment("nginx:1", 2);
+    config["metadata"]["labels"]["tier"] = json!("front");
+    let created = apply("Deployment", None, &config, who("a"), false).unwrap();
+    assert_eq!(created["spec"]["replicas"], 2);
+    assert_eq!(owners(&created, ".metadata.labels.tier"), ["a/Apply"]);
+    // Applying again without the label removes it; other fields stay.
+    let config2 = deployment("nginx:2", 2);
+    let updated = apply("Deployment", Some(&created), &config2, who("a"), false).unwrap();
+    assert!(updated["metadata"]["labels"].get("tier").is_none());
+    assert_eq!(
+        updated["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+    assert_eq!(updated["metadata"]["labels"]["app"], "web");
+}
+
+#[test]
+fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
+    let live = apply(
+        "Deployment",
+        None,
+        &deployment("nginx:1", 2),
+        who("a"),
+        false,
+    )
+    .unwrap();
+    // Same value: shared, no conflict.
+    let shared = apply(
+        "Deployment",
+        Some(&live),
+        &deployment("nginx:1", 2),
+        who("b"),
+        false,
+    )
+    .unwrap();
+    assert_eq!(owners(&shared, ".spec.replicas"), ["a/Apply", "b/Apply"]);
+    // Different value: conflict with the owner.
+    let err = apply(
+        "Deployment",
+        Some(&shared),
+        &deployment("nginx:1", 3),
+        who("c"),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        conflict_message(&err),
+        "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.replicas\nconflicts with \"b\":\n- .spec.replicas"
+    );
+    let one = apply(
+        "Deployment",
+        Some(&live),
+        &deployment("nginx:1", 3),
+        who("c"),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        conflict_message(&one),
+        "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas"
+    );
+    // Forced: c takes replicas; a keeps the rest.
+    let forced = apply(
+        "Deployment",
+        Some(&live),
+        &deployment("nginx:1", 3),
+        who("c"),
+        true,
+    )
+    .unwrap();
+    assert_eq!(forced["spec"]["replicas"], 3);
+    assert_eq!(owners(&forced, ".spec.replicas"), ["c/Apply"]);
+    assert_eq!(
+        owners(&forced, ".metadata.labels.app"),
+        ["a/Apply", "c/Apply"]
+    );
+    // a field a stopped applying but c still owns survives a's next apply.
+    let mut without = deployment("nginx:1", 3);
+    without["metadata"]["labels"] = json!({"other": "x"});
+    let after = apply("Deployment", Some(&forced), &without, who("a"), false).unwrap();
+    assert_eq!(after["metadata"]["labels"]["app"], "web");
+}
+
+#[test]
+fn an_update_managers_field_conflicts_with_an_apply() {
+    let mut created = deployment("nginx:1", 1);
+    record_update("Deployment", None, &mut created, who("kubectl-create"));
+    let err = apply(
+        "Deployment",
+        Some(&created),
+        &deployment("nginx:1", 5),
+        who("kubectl"),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        vec![Conflict {
+            manager: "\"kubectl-create\" using apps/v1 at 2026-11-22T00:00:00Z".into(),
+            field: ".spec.replicas".into()
+        }]
+    );
+    // Objects nobody tracked yet: their fields belong to before-first-apply.
+    let untracked = deployment("nginx:1", 1);
+    let err = apply(
+        "Deployment",
+        Some(&untracked),
+        &deployment("nginx:1", 5),
+        who("kubectl"),
+        false,
+    )
+    .unwrap_err();
+    assert!(err[0].manager.starts_with("\"before-first-apply\""));
+}
+
+#[test]
+fn status_writes_are_tracked_apart_from_the_main_resource() {
+    let mut pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}});
+    record_update("Pod", None, &mut pod, who("kubectl-create"));
+    let mut running = pod.clone();
+    running["status"]["phase"] = json!("Running");
+    let w = Writer {
+        scope: Scope::Status,
+        ..who("kubelet")
+    };
+    record_update("Pod", Some(&pod), &mut running, w);
+    let list = entries(&running);
+    let kubelet = list.iter().find(|e| e.manager == "kubelet").unwrap();
+    assert_eq!(kubelet.subresource, "status");
+    assert_eq!(
+        to_fields_v1(&kubelet.fields),
+        json!({"f:status": {"f:phase": {}}})
+    );
+    assert!(list
+        .iter()
+        .find(|e| e.manager == "kubectl-create")
+        .unwrap()
+        .fields
+        .iter()
+        .all(|p| p[0] != "f:status"));
+}
