@@ -31,6 +31,7 @@ ROOTS = [
     "api.coordination.v1.Lease", "api.rbac.v1.Role", "api.rbac.v1.RoleBinding",
     "api.rbac.v1.ClusterRole", "api.rbac.v1.ClusterRoleBinding", "api.policy.v1.Eviction",
     "api.autoscaling.v1.Scale", "apimachinery.pkg.apis.meta.v1.DeleteOptions",
+    "api.authorization.v1.SelfSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
 ]
 # Wrapper messages with their own JSON form: decoded by hand, not by table.
 SPECIAL = {

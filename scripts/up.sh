@@ -81,28 +81,13 @@ wait_for "storage" 30 curl -sf -XPOST "$STORE_URL/v3/maintenance/status" -d '{}'
 
 SERVER="http://127.0.0.1:$PORT"
 say "starting rkube-apiserver on $SERVER"
-"$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" >"$DIR/logs/apiserver.log" 2>&1 &
+export KUBECONFIG="$DIR/kubeconfig"
+rm -f "$KUBECONFIG"
+"$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" --write-kubeconfig "$KUBECONFIG" \
+  >"$DIR/logs/apiserver.log" 2>&1 &
 PIDS+=($!)
 wait_for "apiserver" 60 curl -sf "$SERVER/readyz"
-
-export KUBECONFIG="$DIR/kubeconfig"
-cat >"$KUBECONFIG" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: rkube
-  cluster:
-    server: $SERVER
-users:
-- name: rkube
-  user: {}
-contexts:
-- name: rkube
-  context:
-    cluster: rkube
-    user: rkube
-current-context: rkube
-KC
+[ -s "$KUBECONFIG" ] || { echo "rkube-apiserver wrote no kubeconfig" >&2; exit 1; }
 
 say "starting rkube-controller-manager and rkube-scheduler"
 "$BIN/rkube-controller-manager" --kubeconfig "$KUBECONFIG" --secure-port 10257 >"$DIR/logs/controller-manager.log" 2>&1 &

@@ -8,6 +8,7 @@ pub use k8s_openapi as k8s;
 pub mod continue_token;
 pub mod duplicates;
 pub mod fields;
+pub mod kubeconfig;
 pub mod managed;
 pub mod meta;
 pub mod options;

@@ -290,10 +290,75 @@ pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceDef> 
         .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
-/// Every `group/version` served, core first.
+/// Resources answered on the spot and never stored (create only): the access reviews
+/// `kubectl auth can-i` sends. Their `storage_prefix` is empty.
+pub const REVIEWS: &[ResourceDef] = &[
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        false,
+        &[],
+        &[],
+        &[],
+        "",
+        false
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        false,
+        &[],
+        &[],
+        &[],
+        "",
+        false
+    ),
+];
+
+/// Every stored and review resource, for discovery.
+pub fn discoverable() -> impl Iterator<Item = &'static ResourceDef> {
+    RESOURCES.iter().chain(REVIEWS)
+}
+
+/// The verbs a resource serves.
+pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
+    if r.storage_prefix.is_empty() {
+        &["create"]
+    } else {
+        &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+/// Every `group/version` with discoverable resources, core first.
+pub fn discoverable_group_versions() -> Vec<(&'static str, &'static str)> {
+    distinct_group_versions(discoverable())
+}
+
+/// Every `group/version` stored, core first.
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+    distinct_group_versions(RESOURCES.iter())
+}
+
+fn distinct_group_versions(
+    defs: impl Iterator<Item = &'static ResourceDef>,
+) -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in RESOURCES {
+    for r in defs {
         if !out.contains(&(r.group, r.version)) {
             out.push((r.group, r.version));
         }

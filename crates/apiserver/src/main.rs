@@ -36,6 +36,10 @@ struct Flags {
     watch_cache_history_window: GoDuration,
     #[arg(long, default_value = "60s")]
     watch_bookmark_interval: GoDuration,
+    /// Write an admin kubeconfig for this server here once listening (for kubectl and the
+    /// other components).
+    #[arg(long)]
+    write_kubeconfig: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -53,6 +57,18 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("listen on {addr}"))?;
+    if let Some(path) = &f.write_kubeconfig {
+        let local = listener.local_addr()?;
+        let ip = if local.ip().is_unspecified() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            local.ip()
+        };
+        let server = format!("http://{}", std::net::SocketAddr::new(ip, local.port()));
+        let yaml = rkube_api::kubeconfig::kubeconfig_yaml("rkube", &server, None);
+        std::fs::write(path, yaml).with_context(|| format!("write {}", path.display()))?;
+        tracing::info!(path = %path.display(), %server, "wrote kubeconfig");
+    }
     let shutdown = rkube_daemon::shutdown_token();
     rkube_apiserver::run(config, listener, shutdown).await
 }

@@ -149,18 +149,7 @@ fn default_kubeconfig_path() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube").join("config"))
 }
 
-/// Writes a kubeconfig with one cluster/user/context named `name`, for kubectl and components.
-pub fn kubeconfig_yaml(name: &str, server: &str, token: Option<&str>) -> String {
-    let user = match token {
-        Some(t) => format!("    token: {t}\n"),
-        None => "    {}\n".to_string(),
-    };
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n\
-         users:\n- name: {name}\n  user:\n{user}contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n\
-         current-context: {name}\n"
-    )
-}
+pub use rkube_api::kubeconfig::kubeconfig_yaml;
 
 /// The flags every component shares to reach the apiserver.
 #[derive(clap::Args, Clone, Debug)]

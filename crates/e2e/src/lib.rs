@@ -94,12 +94,8 @@ impl Cluster {
         let api_port = free_port();
         let store_url = format!("http://127.0.0.1:{store_port}");
         let server = format!("http://127.0.0.1:{api_port}");
+        // Written by the apiserver itself (`--write-kubeconfig`) once it listens.
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            rkube_client::config::kubeconfig_yaml("rkube", &server, None),
-        )
-        .unwrap();
         let kc = kubeconfig.to_str().unwrap().to_string();
         let mut c = Cluster {
             server: server.clone(),
@@ -159,6 +155,8 @@ impl Cluster {
             store_url.clone(),
             "--secure-port".into(),
             api_port.to_string(),
+            "--write-kubeconfig".into(),
+            kc.clone(),
         ];
         args.extend(opts.apiserver.clone());
         c.add(
@@ -168,6 +166,11 @@ impl Cluster {
             format!("{server}/readyz"),
         );
         c.start_proc("apiserver").await;
+        let written = std::fs::read_to_string(&c.kubeconfig).unwrap_or_default();
+        assert!(
+            written.contains(&format!("server: {server}")),
+            "the apiserver's --write-kubeconfig wrote {written:?}"
+        );
         for (name, bin, extra) in [
             (
                 "controller-manager",
@@ -253,9 +256,15 @@ impl Cluster {
             {
                 return;
             }
-            if tokio::time::Instant::now() > deadline {
+            let exited = self
+                .procs
+                .get_mut(name)
+                .and_then(|p| p.child.as_mut())
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || tokio::time::Instant::now() > deadline {
                 panic!(
-                    "{name} not ready: {}",
+                    "{name} not ready ({}): {}",
+                    exited.map_or("timed out".to_string(), |s| format!("exited: {s}")),
                     std::fs::read_to_string(&logs).unwrap_or_default()
                 );
             }

@@ -2,19 +2,8 @@
 //! and short names to paths: legacy (`/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`) and
 //! aggregated (`/api` and `/apis` as an `APIGroupDiscoveryList`, one round trip).
 
-use rkube_api::{resources, ResourceDef, RESOURCES};
+use rkube_api::{resources, ResourceDef};
 use serde_json::{json, Value};
-
-const VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
 
 fn resource_entry(r: &ResourceDef) -> Value {
     let mut e = json!({
@@ -22,7 +11,7 @@ fn resource_entry(r: &ResourceDef) -> Value {
         "singularName": r.singular,
         "namespaced": r.namespaced,
         "kind": r.kind,
-        "verbs": VERBS,
+        "verbs": resources::verbs(r),
     });
     if !r.short_names.is_empty() {
         e["shortNames"] = json!(r.short_names);
@@ -77,8 +66,7 @@ fn subresource_entry(r: &ResourceDef, sub: &str) -> Value {
 
 /// `/api/v1` or `/apis/<group>/<version>`: the APIResourceList.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let defs: Vec<&ResourceDef> = RESOURCES
-        .iter()
+    let defs: Vec<&ResourceDef> = resources::discoverable()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if defs.is_empty() {
@@ -109,7 +97,7 @@ pub fn core_versions() -> Value {
 /// `/apis`: every named group.
 pub fn group_list() -> Value {
     let mut groups: Vec<Value> = Vec::new();
-    for (g, v) in resources::group_versions() {
+    for (g, v) in resources::discoverable_group_versions() {
         if g.is_empty() {
             continue;
         }
@@ -121,7 +109,7 @@ pub fn group_list() -> Value {
 
 /// `/apis/<group>`: one group.
 pub fn group(name: &str) -> Option<Value> {
-    let (_, v) = resources::group_versions()
+    let (_, v) = resources::discoverable_group_versions()
         .into_iter()
         .find(|(g, _)| *g == name)?;
     let gv = json!({"groupVersion": format!("{name}/{v}"), "version": v});
@@ -151,12 +139,11 @@ pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
 /// `/api` (`core`) or `/apis` as an `APIGroupDiscoveryList`.
 pub fn aggregated(core: bool, version: &str) -> Value {
     let mut items = Vec::new();
-    for (g, v) in resources::group_versions() {
+    for (g, v) in resources::discoverable_group_versions() {
         if g.is_empty() != core {
             continue;
         }
-        let resources: Vec<Value> = RESOURCES
-            .iter()
+        let resources: Vec<Value> = resources::discoverable()
             .filter(|r| r.group == g && r.version == v)
             .map(|r| {
                 let subs: Vec<Value> = r
@@ -173,7 +160,7 @@ pub fn aggregated(core: bool, version: &str) -> Value {
                     "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
                     "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
                     "singularResource": r.singular,
-                    "verbs": VERBS,
+                    "verbs": resources::verbs(r),
                 });
                 if !r.short_names.is_empty() {
                     e["shortNames"] = json!(r.short_names);

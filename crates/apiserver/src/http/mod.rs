@@ -5,6 +5,7 @@ pub mod discovery;
 pub mod logs;
 pub mod openapi;
 pub mod request;
+pub mod reviews;
 pub mod subresources;
 pub mod table;
 pub mod watch;
@@ -127,6 +128,15 @@ fn delete_body(content_type: &str, raw: Bytes) -> Result<Bytes, ApiError> {
     Ok(read_object(content_type, raw)?.0)
 }
 
+/// A request header as text ("" when absent or not text).
+fn header(req: &Request, name: &str) -> String {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
 /// `application/json; charset=utf-8` → `application/json`.
 fn media_type(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or("").trim()
@@ -148,6 +158,22 @@ fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
 pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
     let started = Instant::now();
     let path = req.uri().path().to_string();
+    if let Some(def) = reviews::find(&path) {
+        let method = req.method().as_str().to_string();
+        let content_type = header(&req, "content-type");
+        let answered = async {
+            let (_, review) = read_object(&content_type, read_body(req.into_body()).await?)?;
+            reviews::answer(def, &method, review)
+        };
+        let resp = answered.await.unwrap_or_else(|e| error_response(&e));
+        state.metrics.observe(
+            "create",
+            def.plural,
+            resp.status().as_u16(),
+            started.elapsed(),
+        );
+        return Some(resp);
+    }
     let info = match request::parse(&path) {
         Ok(Some(i)) => i,
         Ok(None) => return None,
@@ -226,12 +252,7 @@ async fn serve(
             .any(|(k, v)| k == "includeObject" && v == "Object"),
     });
     let method = req.method().clone();
-    let content_type = req
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let content_type = header(&req, "content-type");
     let field_manager = query
         .iter()
         .find(|(k, _)| k == "fieldManager")

@@ -7,8 +7,7 @@ use rkube_e2e::{wait_for, Cluster, Opts};
 
 const T: Duration = Duration::from_secs(60);
 
-/// `kubectl apply` of a Deployment `name` (label `app=<name>`). (`kubectl create deployment`
-/// sends protobuf, which rkube does not decode yet.)
+/// `kubectl apply` of a Deployment `name` (label `app=<name>`) running nginx:1.14.2.
 fn apply_deployment(c: &Cluster, name: &str, replicas: u32) {
     let path = c.dir.path().join(format!("{name}.yml"));
     std::fs::write(&path, format!(

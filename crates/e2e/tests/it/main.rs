@@ -2,4 +2,5 @@
 
 mod compose;
 mod flows;
+mod kubectl;
 mod resilience;
