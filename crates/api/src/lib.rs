@@ -5,6 +5,7 @@
 
 pub use k8s_openapi as k8s;
 
+pub mod authz;
 pub mod continue_token;
 pub mod duplicates;
 pub mod fields;

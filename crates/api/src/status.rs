@@ -368,6 +368,11 @@ impl ApiError {
         )
     }
 
+    /// A 403 for a non-resource path (no resource in the details).
+    pub fn forbidden_path(message: String) -> Self {
+        Self::new(403, "Forbidden", message, Some(StatusDetails::default()))
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized".into(), None)
     }

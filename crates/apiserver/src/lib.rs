@@ -3,6 +3,7 @@
 //! per-resource strategies, `storage` the etcd3 layer, `cache` the watch cache with bookmarks,
 //! `http` the wire front.
 
+pub mod auth;
 pub mod cache;
 pub mod compactor;
 pub mod http;
@@ -44,6 +45,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Whether storage answers watch progress requests; `None` detects it.
     pub progress_requests: Option<bool>,
+    /// Authentication and authorization (default: anonymous, AlwaysAllow).
+    pub auth: auth::AuthConfig,
 }
 
 impl Config {
@@ -56,6 +59,7 @@ impl Config {
             compaction_interval: Duration::from_secs(300),
             cache: CacheConfig::default(),
             progress_requests: None,
+            auth: auth::AuthConfig::default(),
         }
     }
 }
@@ -173,6 +177,10 @@ pub async fn run(
     register_gauges(&registry, &caches);
     let registries = Arc::new(registries);
     bootstrap_namespaces(&registries).await?;
+    let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
+    if config.auth.modes.contains(&auth::Mode::Rbac) {
+        bootstrap_rbac(&registries).await?;
+    }
 
     tokio::spawn(bookmarks(caches.clone(), shutdown.clone()));
     if !config.compaction_interval.is_zero() {
@@ -196,6 +204,7 @@ pub async fn run(
         });
     }
     let state = ApiState {
+        auth: authn.clone(),
         registries,
         metrics,
         shutdown: shutdown.clone(),
@@ -205,6 +214,10 @@ pub async fn run(
         .route("/version", get(version))
         .merge(rkube_daemon::health::router(registry, ready).with_state(()))
         .fallback(http::fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            authn.clone(),
+            auth::chain,
+        ))
         .with_state(state);
     tracing::info!(addr = %listener.local_addr()?, "rkube-apiserver serving");
     axum::serve(rkube_daemon::nodelay(listener), app)
@@ -272,6 +285,33 @@ async fn bootstrap_namespaces(
             Ok(_) => tracing::info!(namespace = name, "created namespace"),
             Err(e) if e.code() == 409 => {}
             Err(e) => anyhow::bail!("creating namespace {name}: {}", e.status().message),
+        }
+    }
+    Ok(())
+}
+
+/// Upstream's bootstrap roles and bindings (see `auth::bootstrap`); existing ones are kept.
+async fn bootstrap_rbac(
+    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+) -> anyhow::Result<()> {
+    let group = "rbac.authorization.k8s.io";
+    for (plural, objects) in [
+        ("clusterroles", auth::bootstrap::cluster_roles()),
+        (
+            "clusterrolebindings",
+            auth::bootstrap::cluster_role_bindings(),
+        ),
+    ] {
+        let reg = registries
+            .get(&(group, plural))
+            .with_context(|| format!("{plural} registry"))?;
+        for obj in objects {
+            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+            match reg.create("", obj, false, Some("rkube-apiserver")).await {
+                Ok(_) => tracing::debug!(%plural, %name, "created bootstrap RBAC"),
+                Err(e) if e.code() == 409 => {}
+                Err(e) => anyhow::bail!("creating {plural} {name}: {}", e.status().message),
+            }
         }
     }
     Ok(())

@@ -36,6 +36,15 @@ struct Flags {
     watch_cache_history_window: GoDuration,
     #[arg(long, default_value = "60s")]
     watch_bookmark_interval: GoDuration,
+    /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
+    #[arg(long)]
+    token_auth_file: Option<std::path::PathBuf>,
+    /// Requests without credentials run as system:anonymous (else 401).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// Authorizers in order, comma-separated: Node, RBAC, AlwaysAllow, AlwaysDeny.
+    #[arg(long, default_value = "AlwaysAllow")]
+    authorization_mode: String,
     /// Write an admin kubeconfig for this server here once listening (for kubectl and the
     /// other components).
     #[arg(long)]
@@ -53,6 +62,10 @@ async fn main() -> anyhow::Result<()> {
     config.compaction_interval = f.etcd_compaction_interval.into();
     config.cache.history_window = f.watch_cache_history_window.into();
     config.cache.bookmark_interval = f.watch_bookmark_interval.into();
+    config.auth.token_file = f.token_auth_file.clone();
+    config.auth.anonymous = f.anonymous_auth;
+    config.auth.modes = rkube_apiserver::auth::Mode::parse_list(&f.authorization_mode)
+        .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
     let addr = format!("{}:{}", f.bind_address, f.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

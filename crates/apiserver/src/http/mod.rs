@@ -30,6 +30,7 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 #[derive(Clone)]
 pub struct ApiState {
+    pub auth: Arc<crate::auth::Auth>,
     pub registries: Arc<HashMap<(&'static str, &'static str), Arc<Registry>>>,
     pub metrics: Arc<crate::metrics::ApiMetrics>,
     pub shutdown: rkube_daemon::ShutdownToken,
@@ -161,9 +162,15 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
     if let Some(def) = reviews::find(&path) {
         let method = req.method().as_str().to_string();
         let content_type = header(&req, "content-type");
+        let user = req
+            .extensions()
+            .get::<rkube_api::authz::UserInfo>()
+            .cloned()
+            .unwrap_or_else(rkube_api::authz::UserInfo::anonymous);
+        let auth = state.auth.clone();
         let answered = async {
             let (_, review) = read_object(&content_type, read_body(req.into_body()).await?)?;
-            reviews::answer(def, &method, review)
+            reviews::answer(def, &method, review, &auth, &user)
         };
         let resp = answered.await.unwrap_or_else(|e| error_response(&e));
         state.metrics.observe(

@@ -1,10 +1,13 @@
 //! Reviews answered on the spot and never stored: `SelfSubjectAccessReview` (what `kubectl auth
-//! can-i` sends) and `SelfSubjectRulesReview` (`kubectl auth can-i --list`). rkube authorizes
-//! every request (upstream's AlwaysAllow), so every review is allowed.
+//! can-i` sends) and `SelfSubjectRulesReview` (`kubectl auth can-i --list`), answered by the
+//! `--authorization-mode` chain for the user who asks.
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use rkube_api::authz::{Attributes, UserInfo};
 use rkube_api::{resources, ApiError, ResourceDef};
+
+use crate::auth::Auth;
 use serde_json::{json, Value};
 
 /// The review resource a path names, if any.
@@ -16,7 +19,13 @@ pub fn find(path: &str) -> Option<&'static ResourceDef> {
 }
 
 /// Answers a review (`POST` only) with its `status` filled in.
-pub fn answer(def: &ResourceDef, method: &str, mut review: Value) -> Result<Response, ApiError> {
+pub fn answer(
+    def: &ResourceDef,
+    method: &str,
+    mut review: Value,
+    auth: &Auth,
+    user: &UserInfo,
+) -> Result<Response, ApiError> {
     if method != "POST" {
         return Err(ApiError::method_not_supported(
             &def.group_resource(),
@@ -35,13 +44,59 @@ pub fn answer(def: &ResourceDef, method: &str, mut review: Value) -> Result<Resp
     }
     review["apiVersion"] = json!(def.api_version());
     review["kind"] = json!(def.kind);
+    let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
     review["status"] = match def.kind {
-        "SelfSubjectAccessReview" => json!({"allowed": true}),
-        _ => json!({
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": false,
-        }),
+        "SelfSubjectAccessReview" => {
+            let attrs = review_attributes(&spec)?;
+            match auth.authorize(user, &attrs) {
+                Ok(()) => json!({"allowed": true}),
+                Err(why) if why.is_empty() => json!({"allowed": false}),
+                Err(why) => json!({"allowed": false, "denied": true, "reason": why}),
+            }
+        }
+        _ => {
+            let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
+            let (resource_rules, non_resource_rules) = auth.rules_for(user, ns);
+            json!({
+                "resourceRules": resource_rules,
+                "nonResourceRules": non_resource_rules,
+                "incomplete": false,
+            })
+        }
     };
     Ok(super::json_value(StatusCode::CREATED, &review))
+}
+
+/// The attributes a SelfSubjectAccessReview asks about.
+fn review_attributes(spec: &Value) -> Result<Attributes, ApiError> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(r) = spec.get("resourceAttributes") {
+        return Ok(Attributes {
+            verb: s(r, "verb"),
+            resource_request: true,
+            api_group: s(r, "group"),
+            resource: s(r, "resource"),
+            subresource: s(r, "subresource"),
+            namespace: s(r, "namespace"),
+            name: s(r, "name"),
+            path: String::new(),
+        });
+    }
+    if let Some(n) = spec.get("nonResourceAttributes") {
+        return Ok(Attributes {
+            verb: s(n, "verb"),
+            path: s(n, "path"),
+            ..Default::default()
+        });
+    }
+    Err(ApiError::invalid(
+        "authorization.k8s.io",
+        "SelfSubjectAccessReview",
+        "",
+        vec![rkube_api::StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified".into(),
+            field: "spec.resourceAttributes".into(),
+        }],
+    ))
 }

@@ -339,6 +339,9 @@ pub fn validate_meta(def: &ResourceDef, obj: &Value, causes: &mut Vec<StatusCaus
     } else {
         let r = if name_is_label(def.kind) {
             v::dns1123_label(name)
+        } else if def.group == "rbac.authorization.k8s.io" {
+            // RBAC names are path segments (`system:node`), as upstream's ValidateRBACName.
+            v::path_segment_name(name)
         } else {
             v::dns1123_subdomain(name)
         };

@@ -44,19 +44,34 @@ impl Drop for Cluster {
 }
 
 /// Runs an apiserver in-process on 127.0.0.1:0 and waits until `/readyz` answers 200.
-async fn start_apiserver(mut cfg: rkube_apiserver::Config) -> (String, ShutdownToken) {
+async fn start_apiserver(cfg: rkube_apiserver::Config) -> (String, ShutdownToken) {
+    start_apiserver_as(cfg, None).await
+}
+
+/// The same, polling `/readyz` with a bearer token.
+pub async fn start_apiserver_as(
+    mut cfg: rkube_apiserver::Config,
+    token: Option<&str>,
+) -> (String, ShutdownToken) {
     cfg.storage_timeout = Duration::from_secs(60);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = ShutdownToken::new();
-    tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
+    let running = tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
     let http = reqwest::Client::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+        let mut probe = http.get(format!("{base}/readyz"));
+        if let Some(t) = token {
+            probe = probe.bearer_auth(t);
+        }
+        if let Ok(r) = probe.send().await {
             if r.status() == 200 {
                 return (base, stop);
             }
+        }
+        if running.is_finished() {
+            panic!("apiserver stopped at startup: {:?}", running.await);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -166,6 +181,18 @@ impl Cluster {
             api_shutdown,
             storage,
         })
+    }
+
+    /// Another apiserver on this cluster's storage, configured by `f`, ready once `/readyz`
+    /// answers `token`'s bearer.
+    pub async fn apiserver_with(
+        &self,
+        f: impl FnOnce(&mut rkube_apiserver::Config),
+        token: Option<&str>,
+    ) -> (String, ShutdownToken) {
+        let mut cfg = rkube_apiserver::Config::new(vec![self.storage_url.clone()]);
+        f(&mut cfg);
+        start_apiserver_as(cfg, token).await
     }
 
     /// Another apiserver on this cluster's storage (HA, or a restart with an empty cache);

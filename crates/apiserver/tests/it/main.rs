@@ -2,5 +2,6 @@
 //! a real etcd 3.4 (child process); every case runs on both (`<case>_rkube`, `<case>_etcd`).
 
 mod api;
+mod auth;
 mod harness;
 mod watch;

@@ -1,0 +1,257 @@
+//! The request chain's identity steps, in upstream's order, as one middleware in front of every
+//! route: authenticate (a bearer token from `--token-auth-file`; otherwise `system:anonymous`
+//! when `--anonymous-auth`, else 401), then authorize with the `--authorization-mode` chain
+//! (`Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`: the first Allow or Deny wins; nobody allowing
+//! is a 403 with upstream's message). The user rides along as a request extension.
+
+pub mod bootstrap;
+pub mod rbac;
+pub mod tokens;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use rkube_api::authz::{self, Attributes, Decision, UserInfo};
+use rkube_api::ApiError;
+
+use crate::http::{error_response, request, reviews};
+use crate::registry::Registry;
+
+/// One step of `--authorization-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    AlwaysAllow,
+    AlwaysDeny,
+    Rbac,
+    Node,
+}
+
+impl Mode {
+    /// `--authorization-mode=Node,RBAC`.
+    pub fn parse_list(s: &str) -> Result<Vec<Mode>, String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| match m {
+                "AlwaysAllow" => Ok(Mode::AlwaysAllow),
+                "AlwaysDeny" => Ok(Mode::AlwaysDeny),
+                "RBAC" => Ok(Mode::Rbac),
+                "Node" => Ok(Mode::Node),
+                other => Err(format!(
+                    "unknown authorization mode {other:?} (known: AlwaysAllow, AlwaysDeny, RBAC, Node)"
+                )),
+            })
+            .collect()
+    }
+}
+
+/// How requests are authenticated and authorized.
+#[derive(Clone, Debug)]
+pub struct AuthConfig {
+    /// `token,user,uid,"group1,group2"` lines (`--token-auth-file`).
+    pub token_file: Option<std::path::PathBuf>,
+    /// `--anonymous-auth`: requests without credentials run as `system:anonymous`.
+    pub anonymous: bool,
+    pub modes: Vec<Mode>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            token_file: None,
+            anonymous: true,
+            modes: vec![Mode::AlwaysAllow],
+        }
+    }
+}
+
+/// The loaded chain.
+pub struct Auth {
+    tokens: HashMap<String, UserInfo>,
+    anonymous: bool,
+    modes: Vec<Mode>,
+    rbac: Option<rbac::Rbac>,
+    pods: Option<Arc<Registry>>,
+}
+
+impl Auth {
+    /// Loads the token file; a malformed one is an error naming the line.
+    pub fn new(
+        cfg: &AuthConfig,
+        registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+    ) -> anyhow::Result<Self> {
+        let tokens = match &cfg.token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--token-auth-file {}: {e}", path.display()))?;
+                tokens::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("--token-auth-file {}: {e}", path.display()))?
+            }
+            None => HashMap::new(),
+        };
+        if cfg.modes.is_empty() {
+            anyhow::bail!("--authorization-mode needs at least one mode");
+        }
+        let rbac = cfg
+            .modes
+            .contains(&Mode::Rbac)
+            .then(|| rbac::Rbac::new(registries))
+            .transpose()?;
+        Ok(Auth {
+            tokens,
+            anonymous: cfg.anonymous,
+            modes: cfg.modes.clone(),
+            rbac,
+            pods: registries.get(&("", "pods")).cloned(),
+        })
+    }
+
+    /// Who sent the request: a known bearer token's user, or anonymous when allowed.
+    pub fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<UserInfo, ApiError> {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match bearer {
+            Some(token) => self
+                .tokens
+                .get(token)
+                .cloned()
+                .ok_or_else(ApiError::unauthorized),
+            None if self.anonymous => Ok(UserInfo::anonymous()),
+            None => Err(ApiError::unauthorized()),
+        }
+    }
+
+    /// The `--authorization-mode` chain's verdict: Ok, or the reason of a Deny ("" when
+    /// nobody had an opinion).
+    pub fn authorize(&self, user: &UserInfo, a: &Attributes) -> Result<(), String> {
+        for mode in &self.modes {
+            let decision = match mode {
+                Mode::AlwaysAllow => Decision::Allow,
+                Mode::AlwaysDeny => Decision::Deny(String::new()),
+                Mode::Rbac => match &self.rbac {
+                    Some(r) => r.decide(user, a),
+                    None => Decision::NoOpinion(String::new()),
+                },
+                Mode::Node => authz::node_decision(user, a, |ns, name| self.pod_node(ns, name)),
+            };
+            match decision {
+                Decision::Allow => return Ok(()),
+                Decision::Deny(why) => return Err(why),
+                Decision::NoOpinion(_) => {}
+            }
+        }
+        Err(String::new())
+    }
+
+    /// What `user` may do in `namespace` (SelfSubjectRulesReview): resource rules and
+    /// non-resource rules, as RBAC PolicyRules.
+    pub fn rules_for(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+    ) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+        if self.modes.contains(&Mode::AlwaysAllow) {
+            return (
+                vec![serde_json::json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})],
+                vec![serde_json::json!({"verbs": ["*"], "nonResourceURLs": ["*"]})],
+            );
+        }
+        let rules = match &self.rbac {
+            Some(r) => r.rules_for(user, namespace),
+            None => Vec::new(),
+        };
+        rules
+            .into_iter()
+            .partition(|r| r.get("nonResourceURLs").is_none())
+    }
+
+    fn pod_node(&self, ns: &str, name: &str) -> Option<String> {
+        let pods = self.pods.as_ref()?;
+        let cache = pods.cache.as_ref()?;
+        let (obj, _) = cache.get(&pods.key(ns, name)).ok()?;
+        obj.map(|o| o.node().to_string())
+    }
+
+    /// Whether every request is allowed without looking at it (the default configuration).
+    fn allows_everything(&self) -> bool {
+        self.modes.first() == Some(&Mode::AlwaysAllow)
+    }
+}
+
+/// A request's authorization attributes, from its method, path and query.
+pub fn attributes(method: &Method, path: &str, query: &str) -> Attributes {
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    if let Some(def) = reviews::find(path) {
+        return Attributes {
+            verb: verb(method, false, false),
+            resource_request: true,
+            api_group: def.group.into(),
+            resource: def.plural.into(),
+            path: path.into(),
+            ..Default::default()
+        };
+    }
+    match request::parse(path) {
+        Ok(Some(info)) => Attributes {
+            verb: verb(method, info.name.is_some(), watch || info.legacy_watch),
+            resource_request: true,
+            api_group: info.def.group.into(),
+            resource: info.def.plural.into(),
+            subresource: info.subresource.clone().unwrap_or_default(),
+            namespace: info.namespace.clone().unwrap_or_default(),
+            name: info.name.clone().unwrap_or_default(),
+            path: path.into(),
+        },
+        _ => Attributes {
+            verb: method.as_str().to_lowercase(),
+            resource_request: false,
+            path: path.into(),
+            ..Default::default()
+        },
+    }
+}
+
+fn verb(method: &Method, named: bool, watch: bool) -> String {
+    match (method.as_str(), named) {
+        ("GET" | "HEAD", _) if watch => "watch",
+        ("GET" | "HEAD", true) => "get",
+        ("GET" | "HEAD", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        (other, _) => return other.to_lowercase(),
+    }
+    .into()
+}
+
+/// The middleware: authenticate, authorize, then pass the user on.
+pub async fn chain(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+    let user = match auth.authenticate(req.headers()) {
+        Ok(u) => u,
+        Err(e) => return error_response(&e),
+    };
+    if !auth.allows_everything() {
+        let a = attributes(
+            req.method(),
+            req.uri().path(),
+            req.uri().query().unwrap_or(""),
+        );
+        if let Err(why) = auth.authorize(&user, &a) {
+            tracing::debug!(user = %user.name, verb = %a.verb, resource = %a.resource, path = %a.path, "forbidden");
+            return error_response(&authz::forbidden(&user, &a, &why));
+        }
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
+}

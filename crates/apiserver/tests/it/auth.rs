@@ -1,0 +1,331 @@
+//! The request chain's identity steps against a real apiserver: static tokens, anonymous
+//! requests, RBAC with the bootstrap policy and bindings made at runtime, the Node authorizer,
+//! SelfSubjectAccessReview, and bad configuration refused at startup.
+
+use std::time::Duration;
+
+use rkube_apiserver::auth::Mode;
+use serde_json::{json, Value};
+
+use crate::harness::{Backend, Cluster};
+
+const TOKENS: &str = "admin-token,admin,1,\"system:masters\"\nalice-token,alice,2\nn1-token,system:node:n1,3,system:nodes\n";
+
+/// A client of one apiserver speaking as one token (or none).
+struct As<'a> {
+    http: &'a reqwest::Client,
+    base: &'a str,
+    token: Option<&'a str>,
+}
+
+impl As<'_> {
+    async fn req(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut r = self.http.request(m, format!("{}{path}", self.base));
+        if let Some(t) = self.token {
+            r = r.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            let ct = if method == "PATCH" {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            r = r
+                .header("content-type", ct)
+                .body(serde_json::to_vec(b).unwrap());
+        }
+        let resp = r.send().await.unwrap();
+        let code = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// Retries until the answer has `code` (the RBAC and Node authorizers read the watch
+    /// cache, which follows storage within moments).
+    async fn eventually(&self, method: &str, path: &str, body: Option<&Value>, code: u16) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (got, v) = self.req(method, path, body).await;
+            if got == code {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{method} {path}: {got} {v}, want {code}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+        }
+    }
+}
+
+fn token_file(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("tokens.csv");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A second apiserver on `c`'s storage with TOKENS, `anonymous` and `modes`; ready once
+/// `/readyz` answers `ready_as`.
+async fn secured(
+    c: &Cluster,
+    anonymous: bool,
+    modes: Vec<Mode>,
+    ready_as: Option<&str>,
+) -> (String, rkube_daemon::ShutdownToken, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = token_file(dir.path(), TOKENS);
+    let (base, stop) = c
+        .apiserver_with(
+            |cfg| {
+                cfg.auth.token_file = Some(tokens);
+                cfg.auth.anonymous = anonymous;
+                cfg.auth.modes = modes;
+            },
+            ready_as,
+        )
+        .await;
+    (base, stop, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_rbac_and_the_node_authorizer() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let (base, _stop, _dir) = secured(&c, true, vec![Mode::Node, Mode::Rbac], None).await;
+    let who = |token: Option<&'static str>| As {
+        http: &c.http,
+        base: &base,
+        token,
+    };
+    let (admin, alice, n1, anon) = (
+        who(Some("admin-token")),
+        who(Some("alice-token")),
+        who(Some("n1-token")),
+        who(None),
+    );
+
+    // Authentication: a wrong token is 401 even with anonymous requests allowed.
+    let (code, v) = who(Some("wrong")).req("GET", "/api/v1/pods", None).await;
+    assert_eq!(
+        (code, v["reason"].as_str()),
+        (401, Some("Unauthorized")),
+        "{v}"
+    );
+    // Anonymous: public info yes, resources no, with upstream's message.
+    assert_eq!(anon.req("GET", "/version", None).await.0, 200);
+    let (code, v) = anon
+        .req("GET", "/api/v1/namespaces/default/pods", None)
+        .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        v["message"],
+        "pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    assert_eq!(v["details"]["kind"], "pods");
+
+    // The bootstrap policy: system:masters may do anything.
+    let (code, v) = admin
+        .req(
+            "GET",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    admin
+        .req(
+            "POST",
+            "/api/v1/namespaces",
+            Some(&json!({"metadata": {"name": "team"}})),
+        )
+        .await;
+    // alice: discovery and SelfSubjectAccessReview, nothing else.
+    assert_eq!(alice.req("GET", "/apis", None).await.0, 200);
+    let (code, v) = alice
+        .req("GET", "/apis/apps/v1/namespaces/team/deployments/web", None)
+        .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        v["message"],
+        "deployments.apps \"web\" is forbidden: User \"alice\" cannot get resource \"deployments\" in API group \"apps\" in the namespace \"team\""
+    );
+    let review = |verb: &str, ns: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "resource": "pods", "namespace": ns}}})
+    };
+    let ssar = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let (code, v) = alice.req("POST", ssar, Some(&review("list", "team"))).await;
+    assert_eq!(
+        (code, v["status"]["allowed"].as_bool()),
+        (201, Some(false)),
+        "{v}"
+    );
+
+    // A RoleBinding to `view` in team: alice may read there, not write, not elsewhere.
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-view", "namespace": "team"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]});
+    let (code, v) = admin
+        .req(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings",
+            Some(&binding),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    alice
+        .eventually("GET", "/api/v1/namespaces/team/pods", None, 200)
+        .await;
+    assert_eq!(
+        alice
+            .req("GET", "/api/v1/namespaces/default/pods", None)
+            .await
+            .0,
+        403
+    );
+    let pod = |name: &str, node: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]}})
+    };
+    assert_eq!(
+        alice
+            .req(
+                "POST",
+                "/api/v1/namespaces/team/pods",
+                Some(&pod("x", "n1"))
+            )
+            .await
+            .0,
+        403
+    );
+    let (_, v) = alice.req("POST", ssar, Some(&review("list", "team"))).await;
+    assert_eq!(v["status"]["allowed"], true, "{v}");
+    let (_, v) = alice
+        .req("POST", ssar, Some(&review("delete", "team")))
+        .await;
+    assert_eq!(v["status"]["allowed"], false, "{v}");
+
+    // The Node authorizer: n1 registers itself and touches only its own pods.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+    assert_eq!(n1.req("POST", "/api/v1/nodes", Some(&node)).await.0, 201);
+    let (code, v) = n1
+        .req(
+            "PATCH",
+            "/api/v1/nodes/n2/status",
+            Some(&json!({"status": {}})),
+        )
+        .await;
+    assert_eq!(code, 403);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(": node 'n1' cannot patch node 'n2'"),
+        "{v}"
+    );
+    for (name, node) in [("mine", "n1"), ("theirs", "n2")] {
+        assert_eq!(
+            admin
+                .req(
+                    "POST",
+                    "/api/v1/namespaces/default/pods",
+                    Some(&pod(name, node))
+                )
+                .await
+                .0,
+            201
+        );
+    }
+    n1.eventually("GET", "/api/v1/namespaces/default/pods/mine", None, 200)
+        .await;
+    let (code, v) = n1
+        .req("GET", "/api/v1/namespaces/default/pods/theirs", None)
+        .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        v["message"],
+        "pods \"theirs\" is forbidden: User \"system:node:n1\" cannot get resource \"pods\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+    );
+    let status = json!({"status": {"phase": "Running"}});
+    assert_eq!(
+        n1.req(
+            "PATCH",
+            "/api/v1/namespaces/default/pods/mine/status",
+            Some(&status)
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        n1.req(
+            "PATCH",
+            "/api/v1/namespaces/default/pods/theirs/status",
+            Some(&status)
+        )
+        .await
+        .0,
+        403
+    );
+    assert_eq!(
+        n1.req("GET", "/api/v1/secrets", None).await.0,
+        403,
+        "RBAC gives nodes no secrets"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_anonymous_requests_need_credentials() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let (base, _stop, _dir) = secured(&c, false, vec![Mode::Rbac], Some("admin-token")).await;
+    let (code, v) = As {
+        http: &c.http,
+        base: &base,
+        token: None,
+    }
+    .req("GET", "/version", None)
+    .await;
+    assert_eq!(
+        (code, v["message"].as_str()),
+        (401, Some("Unauthorized")),
+        "{v}"
+    );
+    let (code, _) = As {
+        http: &c.http,
+        base: &base,
+        token: Some("admin-token"),
+    }
+    .req("GET", "/api/v1/pods", None)
+    .await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_token_file_stops_startup_with_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = rkube_apiserver::Config::new(vec!["http://127.0.0.1:1".into()]);
+    cfg.auth.token_file = Some(token_file(dir.path(), "good,u,1\nbad-line\n"));
+    cfg.storage_timeout = Duration::from_millis(1);
+    // Storage is checked first; give it a reachable one so the token file is what fails.
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    cfg.etcd_servers = vec![c.storage_url.clone()];
+    cfg.storage_timeout = Duration::from_secs(30);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = rkube_apiserver::run(cfg, listener, rkube_daemon::ShutdownToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("line 2"), "{err}");
+    assert!(Mode::parse_list("RBAC,Magic")
+        .unwrap_err()
+        .contains("Magic"));
+}
