@@ -142,6 +142,15 @@ pub fn now_rfc3339() -> String {
     rfc3339(unix_now())
 }
 
+/// The current time as a MicroTime.
+pub fn now_rfc3339_micros() -> String {
+    rfc3339_micros(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into Unix seconds.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();

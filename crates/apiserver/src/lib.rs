@@ -3,10 +3,13 @@
 //! per-resource strategies, `storage` the etcd3 layer, `cache` the watch cache with bookmarks,
 //! `http` the wire front.
 
+pub mod audit;
 pub mod auth;
 pub mod cache;
+pub mod chain;
 pub mod compactor;
 pub mod http;
+pub mod inflight;
 pub mod metrics;
 pub mod registry;
 pub mod storage;
@@ -47,6 +50,11 @@ pub struct Config {
     pub progress_requests: Option<bool>,
     /// Authentication and authorization (default: anonymous, AlwaysAllow).
     pub auth: auth::AuthConfig,
+    pub audit: audit::AuditConfig,
+    /// `--max-requests-inflight` (0 = no limit).
+    pub max_requests_inflight: usize,
+    /// `--max-mutating-requests-inflight` (0 = no limit).
+    pub max_mutating_requests_inflight: usize,
 }
 
 impl Config {
@@ -60,6 +68,9 @@ impl Config {
             cache: CacheConfig::default(),
             progress_requests: None,
             auth: auth::AuthConfig::default(),
+            audit: audit::AuditConfig::default(),
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
         }
     }
 }
@@ -178,6 +189,14 @@ pub async fn run(
     let registries = Arc::new(registries);
     bootstrap_namespaces(&registries).await?;
     let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
+    let chain = Arc::new(chain::Chain {
+        auth: authn.clone(),
+        limits: inflight::Limits::new(
+            config.max_requests_inflight,
+            config.max_mutating_requests_inflight,
+        ),
+        audit: audit::Auditor::new(&config.audit)?,
+    });
     if config.auth.modes.contains(&auth::Mode::Rbac) {
         bootstrap_rbac(&registries).await?;
     }
@@ -215,14 +234,21 @@ pub async fn run(
         .merge(rkube_daemon::health::router(registry, ready).with_state(()))
         .fallback(http::fallback)
         .layer(axum::middleware::from_fn_with_state(
-            authn.clone(),
-            auth::chain,
+            chain.clone(),
+            chain::handle,
         ))
         .with_state(state);
     tracing::info!(addr = %listener.local_addr()?, "rkube-apiserver serving");
-    axum::serve(rkube_daemon::nodelay(listener), app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
+    let served = axum::serve(
+        rkube_daemon::nodelay(listener),
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    .await;
+    if let Some(a) = &chain.audit {
+        a.close();
+    }
+    served?;
     Ok(())
 }
 

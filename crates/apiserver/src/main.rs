@@ -45,6 +45,24 @@ struct Flags {
     /// Authorizers in order, comma-separated: Node, RBAC, AlwaysAllow, AlwaysDeny.
     #[arg(long, default_value = "AlwaysAllow")]
     authorization_mode: String,
+    /// Read-only requests served at once; more get 429 (0 = no limit).
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Mutating requests served at once; more get 429 (0 = no limit).
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+    /// An audit.k8s.io/v1 Policy; with --audit-log-path, turns auditing on.
+    #[arg(long)]
+    audit_policy_file: Option<std::path::PathBuf>,
+    /// Where audit events go, as JSON lines.
+    #[arg(long)]
+    audit_log_path: Option<std::path::PathBuf>,
+    /// Rotate the audit log past this many megabytes (0 = never).
+    #[arg(long, default_value_t = 100)]
+    audit_log_maxsize: u64,
+    /// Rotated audit logs kept (0 = all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
     /// Write an admin kubeconfig for this server here once listening (for kubectl and the
     /// other components).
     #[arg(long)]
@@ -62,6 +80,14 @@ async fn main() -> anyhow::Result<()> {
     config.compaction_interval = f.etcd_compaction_interval.into();
     config.cache.history_window = f.watch_cache_history_window.into();
     config.cache.bookmark_interval = f.watch_bookmark_interval.into();
+    config.max_requests_inflight = f.max_requests_inflight;
+    config.max_mutating_requests_inflight = f.max_mutating_requests_inflight;
+    config.audit = rkube_apiserver::audit::AuditConfig {
+        policy_file: f.audit_policy_file.clone(),
+        log_path: f.audit_log_path.clone(),
+        max_size_mb: f.audit_log_maxsize,
+        max_backup: f.audit_log_maxbackup,
+    };
     config.auth.token_file = f.token_auth_file.clone();
     config.auth.anonymous = f.anonymous_auth;
     config.auth.modes = rkube_apiserver::auth::Mode::parse_list(&f.authorization_mode)

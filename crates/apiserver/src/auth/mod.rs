@@ -1,8 +1,8 @@
-//! The request chain's identity steps, in upstream's order, as one middleware in front of every
-//! route: authenticate (a bearer token from `--token-auth-file`; otherwise `system:anonymous`
-//! when `--anonymous-auth`, else 401), then authorize with the `--authorization-mode` chain
-//! (`Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`: the first Allow or Deny wins; nobody allowing
-//! is a 403 with upstream's message). The user rides along as a request extension.
+//! The request chain's identity steps (run by `crate::chain`): authenticate (a bearer token
+//! from `--token-auth-file`; otherwise `system:anonymous` when `--anonymous-auth`, else 401),
+//! then authorize with the `--authorization-mode` chain (`Node`, `RBAC`, `AlwaysAllow`,
+//! `AlwaysDeny`: the first Allow or Deny wins; nobody allowing is a 403 with upstream's
+//! message). The user rides along as a request extension.
 
 pub mod bootstrap;
 pub mod rbac;
@@ -11,14 +11,11 @@ pub mod tokens;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::Method;
-use axum::middleware::Next;
-use axum::response::Response;
 use rkube_api::authz::{self, Attributes, Decision, UserInfo};
 use rkube_api::ApiError;
 
-use crate::http::{error_response, request, reviews};
+use crate::http::{request, reviews};
 use crate::registry::Registry;
 
 /// One step of `--authorization-mode`.
@@ -178,11 +175,6 @@ impl Auth {
         let (obj, _) = cache.get(&pods.key(ns, name)).ok()?;
         obj.map(|o| o.node().to_string())
     }
-
-    /// Whether every request is allowed without looking at it (the default configuration).
-    fn allows_everything(&self) -> bool {
-        self.modes.first() == Some(&Mode::AlwaysAllow)
-    }
 }
 
 /// A request's authorization attributes, from its method, path and query.
@@ -233,25 +225,4 @@ fn verb(method: &Method, named: bool, watch: bool) -> String {
         (other, _) => return other.to_lowercase(),
     }
     .into()
-}
-
-/// The middleware: authenticate, authorize, then pass the user on.
-pub async fn chain(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
-    let user = match auth.authenticate(req.headers()) {
-        Ok(u) => u,
-        Err(e) => return error_response(&e),
-    };
-    if !auth.allows_everything() {
-        let a = attributes(
-            req.method(),
-            req.uri().path(),
-            req.uri().query().unwrap_or(""),
-        );
-        if let Err(why) = auth.authorize(&user, &a) {
-            tracing::debug!(user = %user.name, verb = %a.verb, resource = %a.resource, path = %a.path, "forbidden");
-            return error_response(&authz::forbidden(&user, &a, &why));
-        }
-    }
-    req.extensions_mut().insert(user);
-    next.run(req).await
 }

@@ -329,3 +329,162 @@ async fn a_malformed_token_file_stops_startup_with_the_line() {
         .unwrap_err()
         .contains("Magic"));
 }
+
+/// An audit Policy file with `body` after its apiVersion and kind.
+fn policy_file(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+    let path = dir.join("policy.yaml");
+    std::fs::write(
+        &path,
+        format!("apiVersion: audit.k8s.io/v1\nkind: Policy\n{body}"),
+    )
+    .unwrap();
+    path
+}
+
+/// Audit events from a file, as JSON values.
+fn audit_events(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON event"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_holds_one_complete_event_per_request() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "omitManagedFields: true\nrules:\n- level: None\n  nonResourceURLs: [\"/readyz\"]\n- level: RequestResponse\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n- level: Metadata\n",
+    );
+    let log = dir.path().join("audit.log");
+    let tokens = token_file(dir.path(), TOKENS);
+    let (base, stop) = c
+        .apiserver_with(
+            |cfg| {
+                cfg.auth.token_file = Some(tokens);
+                cfg.auth.modes = vec![Mode::Rbac];
+                cfg.audit.policy_file = Some(policy);
+                cfg.audit.log_path = Some(log.clone());
+            },
+            None,
+        )
+        .await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "audited"}, "data": {"k": "v"}});
+    // Four requests as admin, their Audit-Id headers collected.
+    let mut ids = Vec::new();
+    for (method, path, body) in [
+        ("POST", "/api/v1/namespaces/default/configmaps", Some(&cm)),
+        ("GET", "/api/v1/namespaces/default/configmaps/audited", None),
+        ("GET", "/api/v1/namespaces/default/pods", None),
+        (
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps/audited",
+            None,
+        ),
+    ] {
+        let mut r = c.http.request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{base}{path}"),
+        );
+        r = r.bearer_auth("admin-token");
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        let resp = r.send().await.unwrap();
+        ids.push(resp.headers()["audit-id"].to_str().unwrap().to_string());
+    }
+    // A forbidden request is audited too, with the client's own Audit-ID.
+    let resp = c
+        .http
+        .get(format!("{base}/api/v1/secrets"))
+        .header("audit-id", "my-own-id")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    assert_eq!(resp.headers()["audit-id"], "my-own-id");
+    ids.push("my-own-id".into());
+    stop.cancel();
+    // Wait for the apiserver to stop and flush.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events = audit_events(&log);
+        let complete = events
+            .iter()
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .count();
+        if complete >= ids.len() || tokio::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+    };
+    for id in &ids {
+        let complete: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["auditID"] == id.as_str() && e["stage"] == "ResponseComplete")
+            .collect();
+        assert_eq!(
+            complete.len(),
+            1,
+            "one ResponseComplete for {id}: {events:?}"
+        );
+        let received = events
+            .iter()
+            .filter(|e| e["auditID"] == id.as_str() && e["stage"] == "RequestReceived")
+            .count();
+        assert_eq!(received, 1, "one RequestReceived for {id}");
+    }
+    let by_id = |id: &str| {
+        events
+            .iter()
+            .find(|e| e["auditID"] == id && e["stage"] == "ResponseComplete")
+            .unwrap()
+    };
+    let create = by_id(&ids[0]);
+    assert_eq!(create["level"], "RequestResponse");
+    assert_eq!(create["verb"], "create");
+    assert_eq!(create["user"]["username"], "admin");
+    assert_eq!(create["objectRef"]["resource"], "configmaps");
+    assert_eq!(create["responseStatus"]["code"], 201);
+    assert_eq!(create["requestObject"]["data"]["k"], "v");
+    assert_eq!(create["responseObject"]["metadata"]["name"], "audited");
+    assert!(
+        create["responseObject"]["metadata"]
+            .get("managedFields")
+            .is_none(),
+        "omitManagedFields"
+    );
+    let list = by_id(&ids[2]);
+    assert_eq!(
+        (list["level"].as_str(), list["verb"].as_str()),
+        (Some("Metadata"), Some("list"))
+    );
+    assert!(list.get("responseObject").is_none());
+    let forbidden = by_id("my-own-id");
+    assert_eq!(forbidden["responseStatus"]["code"], 403);
+    assert_eq!(forbidden["user"]["username"], "system:anonymous");
+    // /readyz polls (level None) left no trace.
+    assert!(events.iter().all(|e| e["requestURI"] != "/readyz"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_audit_policy_stops_startup() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(dir.path(), "rules:\n- level: Loud\n");
+    let mut cfg = rkube_apiserver::Config::new(vec![c.storage_url.clone()]);
+    cfg.audit.policy_file = Some(policy);
+    cfg.audit.log_path = Some(dir.path().join("audit.log"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = rkube_apiserver::run(cfg, listener, rkube_daemon::ShutdownToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--audit-policy-file"), "{err}");
+    assert!(err.to_string().contains("Loud"), "{err}");
+}
