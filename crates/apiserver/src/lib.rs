@@ -8,6 +8,7 @@ pub mod auth;
 pub mod cache;
 pub mod chain;
 pub mod compactor;
+pub mod encryption;
 pub mod http;
 pub mod inflight;
 pub mod metrics;
@@ -51,6 +52,8 @@ pub struct Config {
     /// Authentication and authorization (default: anonymous, AlwaysAllow).
     pub auth: auth::AuthConfig,
     pub audit: audit::AuditConfig,
+    /// `--encryption-provider-config`: an EncryptionConfiguration file.
+    pub encryption_config: Option<std::path::PathBuf>,
     /// `--max-requests-inflight` (0 = no limit).
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight` (0 = no limit).
@@ -69,6 +72,7 @@ impl Config {
             progress_requests: None,
             auth: auth::AuthConfig::default(),
             audit: audit::AuditConfig::default(),
+            encryption_config: None,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
         }
@@ -146,7 +150,17 @@ pub async fn run(
             }
         }))
     };
-    let storage = Arc::new(Storage::new(client.clone()));
+    let transformer = match &config.encryption_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--encryption-provider-config {}", path.display()))?;
+            encryption::Transformer::from_config(&text, &config.etcd_prefix, RESOURCES).map_err(
+                |e| anyhow::anyhow!("--encryption-provider-config {}: {e}", path.display()),
+            )?
+        }
+        None => encryption::Transformer::default(),
+    };
+    let storage = Arc::new(Storage::with_transformer(client.clone(), transformer));
     let metrics = Arc::new(metrics::ApiMetrics::new(registry.clone()));
 
     let mut registries = HashMap::new();

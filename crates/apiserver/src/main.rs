@@ -63,6 +63,10 @@ struct Flags {
     /// Rotated audit logs kept (0 = all).
     #[arg(long, default_value_t = 0)]
     audit_log_maxbackup: usize,
+    /// An apiserver.config.k8s.io/v1 EncryptionConfiguration: which resources are encrypted
+    /// at rest, and how.
+    #[arg(long)]
+    encryption_provider_config: Option<std::path::PathBuf>,
     /// Write an admin kubeconfig for this server here once listening (for kubectl and the
     /// other components).
     #[arg(long)]
@@ -88,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         max_size_mb: f.audit_log_maxsize,
         max_backup: f.audit_log_maxbackup,
     };
+    config.encryption_config = f.encryption_provider_config.clone();
     config.auth.token_file = f.token_auth_file.clone();
     config.auth.anonymous = f.anonymous_auth;
     config.auth.modes = rkube_apiserver::auth::Mode::parse_list(&f.authorization_mode)

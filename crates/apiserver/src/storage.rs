@@ -2,6 +2,7 @@
 //! rkube-store and on a real etcd): CAS creates, updates and deletes in upstream's Txn shapes,
 //! paged ranges, the current revision, a lease manager for TTL objects (Events) and the
 //! compactor. Values are stored without `metadata.resourceVersion`; the RV is `mod_revision`.
+//! Values pass through the encryption-at-rest transformer on their way in and out.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -48,6 +49,8 @@ pub enum Cas {
 pub struct Storage {
     pub client: EtcdClient,
     leases: Mutex<LeaseCache>,
+    /// Encryption at rest (no resources configured: values pass unchanged).
+    pub transformer: crate::encryption::Transformer,
 }
 
 #[derive(Default)]
@@ -62,10 +65,40 @@ const LEASE_MAX_OBJECTS: usize = 1000;
 
 impl Storage {
     pub fn new(client: EtcdClient) -> Self {
+        Storage::with_transformer(client, crate::encryption::Transformer::default())
+    }
+
+    pub fn with_transformer(
+        client: EtcdClient,
+        transformer: crate::encryption::Transformer,
+    ) -> Self {
         Storage {
             client,
             leases: Mutex::new(LeaseCache::default()),
+            transformer,
         }
+    }
+
+    /// A stored key-value with its plain value.
+    pub fn plain(&self, kv: KeyValue) -> Result<Stored, EtcdError> {
+        let mut s = Stored::from_kv(kv);
+        if self.transformer.is_active() {
+            s.value = self.decrypt(&s.key, std::mem::take(&mut s.value))?;
+        }
+        Ok(s)
+    }
+
+    /// The plain bytes of a value stored at `key`.
+    pub fn decrypt(&self, key: &[u8], value: Vec<u8>) -> Result<Vec<u8>, EtcdError> {
+        self.transformer
+            .from_storage(key, value)
+            .map_err(EtcdError::Decode)
+    }
+
+    fn encrypt(&self, key: &str, value: Vec<u8>) -> Result<Vec<u8>, EtcdError> {
+        self.transformer
+            .to_storage(key.as_bytes(), value)
+            .map_err(EtcdError::Decode)
     }
 
     pub async fn get(&self, key: &str) -> Result<(Option<Stored>, i64), EtcdError> {
@@ -77,7 +110,13 @@ impl Storage {
             })
             .await?;
         let rev = resp.header.map(|h| h.revision).unwrap_or(0);
-        Ok((resp.kvs.into_iter().next().map(Stored::from_kv), rev))
+        let found = resp
+            .kvs
+            .into_iter()
+            .next()
+            .map(|kv| self.plain(kv))
+            .transpose()?;
+        Ok((found, rev))
     }
 
     /// The store's current revision: the header of a point read (cheap on any store).
@@ -115,7 +154,11 @@ impl Storage {
         let header_rev = resp.header.map(|h| h.revision).unwrap_or(0);
         let rev = if revision > 0 { revision } else { header_rev };
         Ok(Page {
-            items: resp.kvs.into_iter().map(Stored::from_kv).collect(),
+            items: resp
+                .kvs
+                .into_iter()
+                .map(|kv| self.plain(kv))
+                .collect::<Result<_, _>>()?,
             rev,
             more: resp.more,
             count: resp.count,
@@ -129,6 +172,7 @@ impl Storage {
         value: Vec<u8>,
         lease: i64,
     ) -> Result<Option<i64>, EtcdError> {
+        let value = self.encrypt(key, value)?;
         let k = key.as_bytes().to_vec();
         let txn = TxnRequest {
             compare: vec![Compare::mod_revision(k.clone(), CompareResult::Equal, 0)],
@@ -154,6 +198,7 @@ impl Storage {
         rev: i64,
         lease: i64,
     ) -> Result<Cas, EtcdError> {
+        let value = self.encrypt(key, value)?;
         let k = key.as_bytes().to_vec();
         let txn = TxnRequest {
             compare: vec![Compare::mod_revision(k.clone(), CompareResult::Equal, rev)],
@@ -199,7 +244,8 @@ impl Storage {
             .next()
             .and_then(|r| r.response_range)
             .and_then(|r| r.kvs.into_iter().next())
-            .map(Stored::from_kv);
+            .map(|kv| self.plain(kv))
+            .transpose()?;
         Ok(Cas::Stale(current))
     }
 

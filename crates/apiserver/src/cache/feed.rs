@@ -242,7 +242,12 @@ fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
     let key = String::from_utf8_lossy(&kv.key).into_owned();
     let rv = kv.mod_revision as u64;
     let prev = e.prev_kv.and_then(|p| {
-        CachedObject::decode(c.def, key.clone(), &p.value, p.mod_revision as u64)
+        let value = c
+            .storage
+            .decrypt(&p.key, p.value)
+            .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecryptable previous object"))
+            .ok()?;
+        CachedObject::decode(c.def, key.clone(), &value, p.mod_revision as u64)
             .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object"))
             .ok()
             .map(Arc::new)
@@ -258,7 +263,14 @@ fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
             ))
         }
         EventType::Put => {
-            let obj = match CachedObject::decode(c.def, key, &kv.value, rv) {
+            let value = match c.storage.decrypt(&kv.key, kv.value) {
+                Ok(v) => v,
+                Err(err) => {
+                    tracing::warn!(resource = c.def.plural, error = %err, "skipping undecryptable object");
+                    return None;
+                }
+            };
+            let obj = match CachedObject::decode(c.def, key, &value, rv) {
                 Ok(o) => Arc::new(o),
                 Err(err) => {
                     tracing::warn!(resource = c.def.plural, error = %err, "skipping undecodable object");

@@ -209,8 +209,27 @@ pub fn qos_class(spec: &Value) -> &'static str {
 }
 
 /// Defaults applied to every create and update of `kind`.
+/// A Secret's write-only `stringData` goes into `data` (base64), overriding keys there, and
+/// is not stored; `type` defaults to Opaque.
+fn merge_string_data(obj: &mut Value) {
+    use base64::Engine as _;
+    set_default(obj, "/type", json!("Opaque"));
+    let Some(Value::Object(strings)) = obj.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !obj.get("data").is_some_and(Value::is_object) {
+        obj["data"] = json!({});
+    }
+    for (k, v) in strings {
+        let text = v.as_str().unwrap_or("").to_string();
+        obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    }
+}
+
 pub fn apply_defaults(kind: &str, obj: &mut Value) {
     match kind {
+        "Secret" => merge_string_data(obj),
         "Pod" => {
             if let Some(spec) = obj.get_mut("spec") {
                 default_pod_spec(spec);
@@ -260,7 +279,6 @@ pub fn apply_defaults(kind: &str, obj: &mut Value) {
         "Namespace" => {
             set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
         }
-        "Secret" => set_default(obj, "/type", json!("Opaque")),
         _ => {}
     }
 }

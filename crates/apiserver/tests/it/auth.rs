@@ -488,3 +488,181 @@ async fn a_malformed_audit_policy_stops_startup() {
     assert!(err.to_string().contains("--audit-policy-file"), "{err}");
     assert!(err.to_string().contains("Loud"), "{err}");
 }
+
+/// The raw bytes storage holds at `key`.
+async fn stored(c: &Cluster, key: &str) -> Vec<u8> {
+    let client = rkube_etcd_api::EtcdClient::new(&[c.storage_url.clone()]).unwrap();
+    let resp = client
+        .range(&rkube_etcd_api::RangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    resp.kvs
+        .into_iter()
+        .next()
+        .map(|kv| kv.value)
+        .unwrap_or_default()
+}
+
+fn encryption_file(dir: &std::path::Path, name: &str, providers: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!("apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n{providers}"),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_encrypted_at_rest_and_keys_rotate() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let k2 = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+    let first = encryption_file(
+        dir.path(),
+        "enc1.yaml",
+        &format!("  - aesgcm: {{keys: [{{name: key1, secret: {k1}}}]}}\n  - identity: {{}}\n"),
+    );
+    let (base, stop) = c
+        .apiserver_with(|cfg| cfg.encryption_config = Some(first), None)
+        .await;
+    let api = As {
+        http: &c.http,
+        base: &base,
+        token: None,
+    };
+    let secret = |name: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"password": "hunter2-plaintext"}});
+    assert_eq!(
+        api.req(
+            "POST",
+            "/api/v1/namespaces/default/secrets",
+            Some(&secret("s1"))
+        )
+        .await
+        .0,
+        201
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}, "data": {"k": "visible"}});
+    assert_eq!(
+        api.req("POST", "/api/v1/namespaces/default/configmaps", Some(&cm))
+            .await
+            .0,
+        201
+    );
+    // Storage holds no plaintext of the secret; the configmap is not encrypted.
+    let raw = stored(&c, "/registry/secrets/default/s1").await;
+    assert!(
+        raw.starts_with(b"k8s:enc:aesgcm:v1:key1:"),
+        "{:?}",
+        String::from_utf8_lossy(&raw[..30.min(raw.len())])
+    );
+    let b64 = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        "hunter2-plaintext",
+    );
+    for needle in ["hunter2", b64.as_str(), "password"] {
+        assert!(
+            !raw.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "{needle} stored in the clear"
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&stored(&c, "/registry/configmaps/default/c1").await)
+            .contains("visible")
+    );
+    // Clients see the secret decrypted, from storage and from the watch cache.
+    let (_, v) = api
+        .req("GET", "/api/v1/namespaces/default/secrets/s1", None)
+        .await;
+    assert_eq!(v["data"]["password"], b64.as_str());
+    let list = api
+        .eventually(
+            "GET",
+            "/api/v1/namespaces/default/secrets?resourceVersion=0",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(list["items"][0]["data"]["password"], b64.as_str());
+    stop.cancel();
+
+    // Rotation: key2 writes, key1 still reads.
+    let second = encryption_file(
+        dir.path(),
+        "enc2.yaml",
+        &format!(
+            "  - aesgcm: {{keys: [{{name: key2, secret: {k2}}}, {{name: key1, secret: {k1}}}]}}\n"
+        ),
+    );
+    let (base, _stop) = c
+        .apiserver_with(|cfg| cfg.encryption_config = Some(second), None)
+        .await;
+    let api = As {
+        http: &c.http,
+        base: &base,
+        token: None,
+    };
+    let (code, v) = api
+        .req("GET", "/api/v1/namespaces/default/secrets/s1", None)
+        .await;
+    assert_eq!(
+        (code, v["data"]["password"].as_str()),
+        (200, Some(b64.as_str())),
+        "{v}"
+    );
+    assert_eq!(
+        api.req(
+            "POST",
+            "/api/v1/namespaces/default/secrets",
+            Some(&secret("s2"))
+        )
+        .await
+        .0,
+        201
+    );
+    assert!(stored(&c, "/registry/secrets/default/s2")
+        .await
+        .starts_with(b"k8s:enc:aesgcm:v1:key2:"));
+    // Rewriting an old secret re-encrypts it with the new key.
+    let (code, _) = api
+        .req(
+            "PATCH",
+            "/api/v1/namespaces/default/secrets/s1",
+            Some(&json!({"metadata": {"labels": {"rotated": "yes"}}})),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert!(stored(&c, "/registry/secrets/default/s1")
+        .await
+        .starts_with(b"k8s:enc:aesgcm:v1:key2:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_encryption_config_stops_startup() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bad = encryption_file(
+        dir.path(),
+        "bad.yaml",
+        "  - aesgcm: {keys: [{name: k, secret: c2hvcnQ=}]}\n",
+    );
+    let mut cfg = rkube_apiserver::Config::new(vec![c.storage_url.clone()]);
+    cfg.encryption_config = Some(bad);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = rkube_apiserver::run(cfg, listener, rkube_daemon::ShutdownToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("--encryption-provider-config"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not a valid key size"), "{err}");
+}
