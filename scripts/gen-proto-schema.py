@@ -27,6 +27,7 @@ K8S_PB = "0.7.0"
 ROOTS = [
     "api.core.v1.Namespace", "api.core.v1.Pod", "api.core.v1.Node", "api.core.v1.Event",
     "api.core.v1.ConfigMap", "api.core.v1.Secret", "api.core.v1.Service", "api.core.v1.ServiceAccount",
+    "api.core.v1.LimitRange", "api.core.v1.ResourceQuota",
     "api.core.v1.Binding", "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet",
     "api.coordination.v1.Lease", "api.rbac.v1.Role", "api.rbac.v1.RoleBinding",
     "api.rbac.v1.ClusterRole", "api.rbac.v1.ClusterRoleBinding", "api.policy.v1.Eviction",

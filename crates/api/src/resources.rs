@@ -184,6 +184,32 @@ pub const RESOURCES: &[ResourceDef] = &[
         true
     ),
     res!(
+        "",
+        "v1",
+        "LimitRange",
+        "limitranges",
+        "limitrange",
+        true,
+        &["limits"],
+        &[],
+        &[],
+        "limitranges",
+        true
+    ),
+    res!(
+        "",
+        "v1",
+        "ResourceQuota",
+        "resourcequotas",
+        "resourcequota",
+        true,
+        &["quota"],
+        &["status"],
+        &[],
+        "resourcequotas",
+        true
+    ),
+    res!(
         "apps",
         "v1",
         "Deployment",

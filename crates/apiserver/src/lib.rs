@@ -3,6 +3,7 @@
 //! per-resource strategies, `storage` the etcd3 layer, `cache` the watch cache with bookmarks,
 //! `http` the wire front.
 
+pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod cache;
@@ -52,6 +53,12 @@ pub struct Config {
     /// Authentication and authorization (default: anonymous, AlwaysAllow).
     pub auth: auth::AuthConfig,
     pub audit: audit::AuditConfig,
+    /// `--enable-admission-plugins` (on top of the defaults).
+    pub enable_admission_plugins: Vec<String>,
+    /// `--disable-admission-plugins`.
+    pub disable_admission_plugins: Vec<String>,
+    /// DefaultTolerationSeconds' (not-ready, unreachable) tolerations.
+    pub default_toleration_seconds: (i64, i64),
     /// `--encryption-provider-config`: an EncryptionConfiguration file.
     pub encryption_config: Option<std::path::PathBuf>,
     /// `--max-requests-inflight` (0 = no limit).
@@ -73,6 +80,9 @@ impl Config {
             auth: auth::AuthConfig::default(),
             audit: audit::AuditConfig::default(),
             encryption_config: None,
+            enable_admission_plugins: Vec::new(),
+            disable_admission_plugins: Vec::new(),
+            default_toleration_seconds: (300, 300),
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
         }
@@ -163,6 +173,13 @@ pub async fn run(
     let storage = Arc::new(Storage::with_transformer(client.clone(), transformer));
     let metrics = Arc::new(metrics::ApiMetrics::new(registry.clone()));
 
+    let plugins = admission::plugins(
+        &config.enable_admission_plugins,
+        &config.disable_admission_plugins,
+    )
+    .map_err(|e| anyhow::anyhow!("admission plugins: {e}"))?;
+    let namespace_lifecycle = plugins.contains(&admission::Plugin::NamespaceLifecycle);
+    let always_pull_images = plugins.contains(&admission::Plugin::AlwaysPullImages);
     let mut registries = HashMap::new();
     let mut caches: Vec<Arc<Cacher>> = Vec::new();
     let mut ns_cache = None;
@@ -184,7 +201,7 @@ pub async fn run(
             ns_cache = cache.clone();
         }
         // Namespaces come first in the resource table, so every namespaced registry gets it.
-        let namespaces = if def.namespaced {
+        let namespaces = if def.namespaced && namespace_lifecycle {
             ns_cache.clone()
         } else {
             None
@@ -196,12 +213,25 @@ pub async fn run(
             etcd_prefix: config.etcd_prefix.clone(),
             ttl,
             namespaces,
+            always_pull_images: always_pull_images && def.kind == "Pod",
         });
         registries.insert((def.group, def.plural), reg);
     }
     register_gauges(&registry, &caches);
     let registries = Arc::new(registries);
     bootstrap_namespaces(&registries).await?;
+    let admission = Arc::new(admission::Admission::new(
+        plugins,
+        registries.clone(),
+        config.default_toleration_seconds,
+    ));
+    if admission.has(admission::Plugin::ResourceQuota) {
+        tokio::spawn(
+            admission
+                .clone()
+                .run_quota_loop(Duration::from_secs(2), shutdown.clone()),
+        );
+    }
     let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
     let chain = Arc::new(chain::Chain {
         auth: authn.clone(),
@@ -238,6 +268,7 @@ pub async fn run(
     }
     let state = ApiState {
         auth: authn.clone(),
+        admission: admission.clone(),
         registries,
         metrics,
         shutdown: shutdown.clone(),

@@ -63,6 +63,19 @@ struct Flags {
     /// Rotated audit logs kept (0 = all).
     #[arg(long, default_value_t = 0)]
     audit_log_maxbackup: usize,
+    /// Admission plugins to turn on besides the defaults (NamespaceLifecycle, LimitRanger,
+    /// DefaultTolerationSeconds, ResourceQuota), comma-separated; AlwaysPullImages is opt-in.
+    #[arg(long, value_delimiter = ',')]
+    enable_admission_plugins: Vec<String>,
+    /// Admission plugins to turn off, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
+    /// DefaultTolerationSeconds: how long pods tolerate a not-ready node.
+    #[arg(long, default_value_t = 300)]
+    default_not_ready_toleration_seconds: i64,
+    /// DefaultTolerationSeconds: how long pods tolerate an unreachable node.
+    #[arg(long, default_value_t = 300)]
+    default_unreachable_toleration_seconds: i64,
     /// An apiserver.config.k8s.io/v1 EncryptionConfiguration: which resources are encrypted
     /// at rest, and how.
     #[arg(long)]
@@ -93,6 +106,12 @@ async fn main() -> anyhow::Result<()> {
         max_backup: f.audit_log_maxbackup,
     };
     config.encryption_config = f.encryption_provider_config.clone();
+    config.enable_admission_plugins = f.enable_admission_plugins.clone();
+    config.disable_admission_plugins = f.disable_admission_plugins.clone();
+    config.default_toleration_seconds = (
+        f.default_not_ready_toleration_seconds,
+        f.default_unreachable_toleration_seconds,
+    );
     config.auth.token_file = f.token_auth_file.clone();
     config.auth.anonymous = f.anonymous_auth;
     config.auth.modes = rkube_apiserver::auth::Mode::parse_list(&f.authorization_mode)

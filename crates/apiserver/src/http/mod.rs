@@ -31,6 +31,7 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 #[derive(Clone)]
 pub struct ApiState {
     pub auth: Arc<crate::auth::Auth>,
+    pub admission: Arc<crate::admission::Admission>,
     pub registries: Arc<HashMap<(&'static str, &'static str), Arc<Registry>>>,
     pub metrics: Arc<crate::metrics::ApiMetrics>,
     pub shutdown: rkube_daemon::ShutdownToken,
@@ -365,8 +366,11 @@ async fn serve(
         ("POST", None) => {
             let dry = dry_run(&query)?;
             let fv = FieldValidation::from_query(&query)?;
-            let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
+            let (raw, mut body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             let warnings = fv.check(reg.def.kind, &raw, &body)?;
+            if !dry {
+                state.admission.create(reg.def, ns, &mut body).await?;
+            }
             let obj = reg.create(ns, body, dry, manager).await?;
             Ok(with_warnings(
                 json_value(StatusCode::CREATED, &obj),

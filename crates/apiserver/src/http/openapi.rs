@@ -88,6 +88,7 @@ fn register(gen: &mut SchemaGenerator, kind: &str) -> bool {
         "Namespace" => core::Namespace, "Pod" => core::Pod, "Node" => core::Node,
         "Event" => core::Event, "ConfigMap" => core::ConfigMap, "Secret" => core::Secret,
         "Service" => core::Service, "ServiceAccount" => core::ServiceAccount,
+        "LimitRange" => core::LimitRange, "ResourceQuota" => core::ResourceQuota,
         "Deployment" => apps::Deployment, "ReplicaSet" => apps::ReplicaSet,
         "Lease" => coordination::Lease, "Role" => rbac::Role, "RoleBinding" => rbac::RoleBinding,
         "ClusterRole" => rbac::ClusterRole, "ClusterRoleBinding" => rbac::ClusterRoleBinding,

@@ -79,6 +79,8 @@ pub struct Registry {
     pub ttl: Option<Duration>,
     /// The namespaces cache, for upstream's NamespaceLifecycle admission on creates.
     pub namespaces: Option<Arc<Cacher>>,
+    /// AlwaysPullImages admission also holds on updates (pods only).
+    pub always_pull_images: bool,
 }
 
 pub struct ListResult {
@@ -514,6 +516,9 @@ impl Registry {
     /// Defaults, canonical decoding and validation shared by create and update.
     fn finish_object(&self, obj: Value, old: Option<&Value>) -> Result<Value, ApiError> {
         let mut obj = obj;
+        if self.always_pull_images {
+            crate::admission::always_pull(&mut obj);
+        }
         strategy::apply_defaults(self.def.kind, &mut obj);
         let obj = strategy::canonicalize(self.def.kind, obj).map_err(|e| {
             ApiError::bad_request(format!(

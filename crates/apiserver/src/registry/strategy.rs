@@ -29,6 +29,8 @@ pub fn canonicalize(kind: &str, obj: Value) -> Result<Value, String> {
         "Secret" => round_trip::<core::Secret>(obj),
         "Service" => round_trip::<core::Service>(obj),
         "ServiceAccount" => round_trip::<core::ServiceAccount>(obj),
+        "LimitRange" => round_trip::<core::LimitRange>(obj),
+        "ResourceQuota" => round_trip::<core::ResourceQuota>(obj),
         "Deployment" => round_trip::<apps::Deployment>(obj),
         "ReplicaSet" => round_trip::<apps::ReplicaSet>(obj),
         "Lease" => round_trip::<coord::Lease>(obj),
