@@ -1,5 +1,6 @@
 //! The request chain in front of every route, in upstream's order: audit init (`Audit-Id`),
-//! authentication (401), the max-in-flight limits (429), audit of the request, authorization
+//! authentication (401), API Priority and Fairness or the max-in-flight limits (429), audit of
+//! the request, authorization
 //! (403), then the handler — whose response is audited (`ResponseStarted` for long-running
 //! requests, `ResponseComplete` when the body ends).
 
@@ -21,8 +22,33 @@ use crate::inflight::{long_running, Limits};
 
 pub struct Chain {
     pub auth: Arc<Auth>,
+    /// The legacy max-in-flight limits (when API Priority and Fairness is off).
     pub limits: Limits,
+    /// API Priority and Fairness (`--enable-priority-and-fairness`).
+    pub apf: Option<crate::flowcontrol::Apf>,
     pub audit: Option<Auditor>,
+}
+
+/// A request's seat: under the legacy limits or APF (with its classification headers).
+#[derive(Default)]
+struct Admitted {
+    _legacy: Option<tokio::sync::OwnedSemaphorePermit>,
+    _apf: Option<crate::flowcontrol::Seat>,
+    class: Option<crate::flowcontrol::Classification>,
+}
+
+impl Admitted {
+    fn label(&self, resp: &mut Response) {
+        if let Some(c) = &self.class {
+            let h = resp.headers_mut();
+            if let Ok(v) = c.schema_uid.parse() {
+                h.insert("x-kubernetes-pf-flowschema-uid", v);
+            }
+            if let Ok(v) = c.level_uid.parse() {
+                h.insert("x-kubernetes-pf-prioritylevel-uid", v);
+            }
+        }
+    }
 }
 
 /// Runs when dropped: the end of a streamed response body.
@@ -46,10 +72,12 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
             Ok(u) => u,
             Err(e) => return error_response(&e),
         };
-        return match admit(&chain, &user, &attrs, &query) {
-            Ok(_seat) => {
+        return match admit(&chain, &user, &attrs, &query).await {
+            Ok(seat) => {
                 req.extensions_mut().insert(user);
-                next.run(req).await
+                let mut resp = next.run(req).await;
+                seat.label(&mut resp);
+                resp
             }
             Err(e) => error_response(&e),
         };
@@ -77,7 +105,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
     let uri = req.uri().to_string();
     let mut record = Record::new(level, omit, &audit_id, &uri, &user, &attrs, &source, &agent);
     if record.wants(Stage::RequestReceived) {
-        auditor.emit(&record.at(Stage::RequestReceived, None));
+        auditor.emit(record.at(Stage::RequestReceived, None));
     }
     let with_id = |mut resp: Response| {
         if let Ok(v) = audit_id.parse() {
@@ -87,7 +115,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
     };
     let refuse = |record: &Record, e: &ApiError| {
         if record.wants(Stage::ResponseComplete) {
-            auditor.emit(&record.at(Stage::ResponseComplete, Some(e.code())));
+            auditor.emit(record.at(Stage::ResponseComplete, Some(e.code())));
         }
         with_id(error_response(e))
     };
@@ -104,17 +132,18 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         record.attach("requestObject", &bytes, auditor.omit_managed_fields());
         req = Request::from_parts(parts, Body::from(bytes));
     }
-    let seat = match admit(&chain, &user, &attrs, &query) {
+    let seat = match admit(&chain, &user, &attrs, &query).await {
         Ok(s) => s,
         Err(e) => return refuse(&record, &e),
     };
     req.extensions_mut().insert(user);
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    seat.label(&mut resp);
     drop(seat);
     let code = resp.status().as_u16();
     if long_running(&attrs, &query) && code == 200 {
         if record.wants(Stage::ResponseStarted) {
-            auditor.emit(&record.at(Stage::ResponseStarted, Some(code)));
+            auditor.emit(record.at(Stage::ResponseStarted, Some(code)));
         }
         if !record.wants(Stage::ResponseComplete) {
             return with_id(resp);
@@ -123,7 +152,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         let chain = chain.clone();
         let done = OnDrop(Some(move || {
             if let Some(a) = &chain.audit {
-                a.emit(&record.at(Stage::ResponseComplete, Some(code)));
+                a.emit(record.at(Stage::ResponseComplete, Some(code)));
             }
         }));
         let (parts, body) = resp.into_parts();
@@ -146,18 +175,32 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
     } else {
         resp
     };
-    auditor.emit(&record.at(Stage::ResponseComplete, Some(code)));
+    auditor.emit(record.at(Stage::ResponseComplete, Some(code)));
     with_id(resp)
 }
 
-/// A seat under the in-flight limits, then authorization.
-fn admit(
+/// A seat (APF, else the legacy in-flight limits), then authorization.
+async fn admit(
     chain: &Chain,
     user: &UserInfo,
     attrs: &authz::Attributes,
     query: &str,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
-    let seat = chain.limits.admit(attrs, query)?;
+) -> Result<Admitted, ApiError> {
+    let seat = match &chain.apf {
+        Some(apf) if !long_running(attrs, query) => {
+            let (seat, class) = apf.admit(user, attrs).await?;
+            Admitted {
+                _legacy: None,
+                _apf: Some(seat),
+                class: Some(class),
+            }
+        }
+        Some(_) => Admitted::default(),
+        None => Admitted {
+            _legacy: chain.limits.admit(attrs, query)?,
+            ..Default::default()
+        },
+    };
     if let Err(why) = chain.auth.authorize(user, attrs) {
         tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource, path = %attrs.path, "forbidden");
         return Err(authz::forbidden(user, attrs, &why));

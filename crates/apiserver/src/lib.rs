@@ -10,6 +10,7 @@ pub mod cache;
 pub mod chain;
 pub mod compactor;
 pub mod encryption;
+pub mod flowcontrol;
 pub mod http;
 pub mod inflight;
 pub mod metrics;
@@ -61,6 +62,9 @@ pub struct Config {
     pub default_toleration_seconds: (i64, i64),
     /// `--encryption-provider-config`: an EncryptionConfiguration file.
     pub encryption_config: Option<std::path::PathBuf>,
+    /// `--enable-priority-and-fairness`: APF over the in-flight totals instead of the legacy
+    /// limits.
+    pub priority_and_fairness: bool,
     /// `--max-requests-inflight` (0 = no limit).
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight` (0 = no limit).
@@ -83,6 +87,7 @@ impl Config {
             enable_admission_plugins: Vec::new(),
             disable_admission_plugins: Vec::new(),
             default_toleration_seconds: (300, 300),
+            priority_and_fairness: false,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
         }
@@ -239,6 +244,11 @@ pub async fn run(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
+        apf: config.priority_and_fairness.then(|| {
+            flowcontrol::Apf::new(
+                (config.max_requests_inflight + config.max_mutating_requests_inflight).max(1),
+            )
+        }),
         audit: audit::Auditor::new(&config.audit)?,
     });
     if config.auth.modes.contains(&auth::Mode::Rbac) {

@@ -76,6 +76,10 @@ struct Flags {
     /// DefaultTolerationSeconds: how long pods tolerate an unreachable node.
     #[arg(long, default_value_t = 300)]
     default_unreachable_toleration_seconds: i64,
+    /// API Priority and Fairness (upstream's default FlowSchemas and priority levels) over the
+    /// in-flight totals, in place of the plain limits.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    enable_priority_and_fairness: bool,
     /// An apiserver.config.k8s.io/v1 EncryptionConfiguration: which resources are encrypted
     /// at rest, and how.
     #[arg(long)]
@@ -106,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
         max_backup: f.audit_log_maxbackup,
     };
     config.encryption_config = f.encryption_provider_config.clone();
+    config.priority_and_fairness = f.enable_priority_and_fairness;
     config.enable_admission_plugins = f.enable_admission_plugins.clone();
     config.disable_admission_plugins = f.disable_admission_plugins.clone();
     config.default_toleration_seconds = (

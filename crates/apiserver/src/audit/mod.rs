@@ -9,7 +9,7 @@ pub mod writer;
 use std::path::PathBuf;
 
 use rkube_api::authz::{Attributes, UserInfo};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 pub use policy::{Level, Policy, Stage};
 
@@ -58,9 +58,9 @@ impl Auditor {
         self.policy.omit_managed_fields
     }
 
-    pub fn emit(&self, event: &Value) {
-        self.writer
-            .write(serde_json::to_vec(event).unwrap_or_default());
+    /// Queues one serialized event.
+    pub fn emit(&self, event: Vec<u8>) {
+        self.writer.write(event);
     }
 
     /// Flushes every queued event (clean shutdown).
@@ -69,11 +69,15 @@ impl Auditor {
     }
 }
 
-/// What an audit event says about one request; stages add the response.
+/// What an audit event says about one request; stages add the response. The common part is
+/// serialized once; each stage appends its own fields.
 pub struct Record {
     pub level: Level,
     pub omit: Vec<Stage>,
-    pub event: Map<String, Value>,
+    /// The event's JSON without its closing brace.
+    prefix: String,
+    /// `,"requestObject":…` / `,"responseObject":…` when attached.
+    objects: String,
 }
 
 impl Record {
@@ -88,24 +92,42 @@ impl Record {
         source_ip: &str,
         user_agent: &str,
     ) -> Self {
-        let mut e = Map::new();
-        e.insert("kind".into(), json!("Event"));
-        e.insert("apiVersion".into(), json!("audit.k8s.io/v1"));
-        e.insert("level".into(), json!(level.as_str()));
-        e.insert("auditID".into(), json!(audit_id));
-        e.insert("requestURI".into(), json!(uri));
-        e.insert("verb".into(), json!(a.verb));
-        let mut u = json!({"username": user.name, "groups": user.groups});
-        if !user.uid.is_empty() {
-            u["uid"] = json!(user.uid);
+        if level == Level::None {
+            return Record {
+                level,
+                omit,
+                prefix: String::new(),
+                objects: String::new(),
+            };
         }
-        e.insert("user".into(), u);
-        e.insert("sourceIPs".into(), json!([source_ip]));
+        // Written out by hand: one allocation instead of a tree of JSON values.
+        use std::fmt::Write as _;
+        let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        let mut prefix = String::with_capacity(512);
+        let _ = write!(
+            prefix,
+            "{{\"kind\":\"Event\",\"apiVersion\":\"audit.k8s.io/v1\",\"level\":\"{}\",\"auditID\":{},\"requestURI\":{},\"verb\":{},\"user\":{{\"username\":{}",
+            level.as_str(),
+            q(audit_id),
+            q(uri),
+            q(&a.verb),
+            q(&user.name)
+        );
+        if !user.uid.is_empty() {
+            let _ = write!(prefix, ",\"uid\":{}", q(&user.uid));
+        }
+        let groups: Vec<String> = user.groups.iter().map(|g| q(g)).collect();
+        let _ = write!(
+            prefix,
+            ",\"groups\":[{}]}},\"sourceIPs\":[{}]",
+            groups.join(","),
+            q(source_ip)
+        );
         if !user_agent.is_empty() {
-            e.insert("userAgent".into(), json!(user_agent));
+            let _ = write!(prefix, ",\"userAgent\":{}", q(user_agent));
         }
         if a.resource_request {
-            let mut r = json!({"resource": a.resource});
+            let _ = write!(prefix, ",\"objectRef\":{{\"resource\":{}", q(&a.resource));
             for (k, v) in [
                 ("namespace", &a.namespace),
                 ("name", &a.name),
@@ -113,17 +135,21 @@ impl Record {
                 ("subresource", &a.subresource),
             ] {
                 if !v.is_empty() {
-                    r[k] = json!(v);
+                    let _ = write!(prefix, ",\"{k}\":{}", q(v));
                 }
             }
-            e.insert("objectRef".into(), r);
+            prefix.push('}');
         }
-        let now = rkube_api::meta::now_rfc3339_micros();
-        e.insert("requestReceivedTimestamp".into(), json!(now));
+        let _ = write!(
+            prefix,
+            ",\"requestReceivedTimestamp\":\"{}\"",
+            rkube_api::meta::now_rfc3339_micros()
+        );
         Record {
             level,
             omit,
-            event: e,
+            prefix,
+            objects: String::new(),
         }
     }
 
@@ -131,21 +157,23 @@ impl Record {
         self.level > Level::None && !self.omit.contains(&stage)
     }
 
-    /// The event at `stage` (with the response status when there is one).
-    pub fn at(&self, stage: Stage, code: Option<u16>) -> Value {
-        let mut e = self.event.clone();
-        e.insert("stage".into(), json!(stage.as_str()));
-        e.insert(
-            "stageTimestamp".into(),
-            json!(rkube_api::meta::now_rfc3339_micros()),
-        );
+    /// The event at `stage` (with the response status when there is one), as JSON.
+    pub fn at(&self, stage: Stage, code: Option<u16>) -> Vec<u8> {
+        let mut out = String::with_capacity(self.prefix.len() + self.objects.len() + 128);
+        out.push_str(&self.prefix);
+        out.push_str(&self.objects);
+        out.push_str(",\"stage\":\"");
+        out.push_str(stage.as_str());
+        out.push_str("\",\"stageTimestamp\":\"");
+        out.push_str(&rkube_api::meta::now_rfc3339_micros());
+        out.push('"');
         if let Some(code) = code {
-            e.insert(
-                "responseStatus".into(),
-                json!({"metadata": {}, "code": code}),
-            );
+            out.push_str(&format!(
+                ",\"responseStatus\":{{\"metadata\":{{}},\"code\":{code}}}"
+            ));
         }
-        Value::Object(e)
+        out.push('}');
+        out.into_bytes()
     }
 
     /// Attaches a body as `requestObject` / `responseObject` (JSON bodies only).
@@ -156,7 +184,9 @@ impl Record {
                     m.remove("managedFields");
                 }
             }
-            self.event.insert(field.into(), v);
+            if let Ok(text) = serde_json::to_string(&v) {
+                self.objects.push_str(&format!(",\"{field}\":{text}"));
+            }
         }
     }
 }

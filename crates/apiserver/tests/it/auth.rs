@@ -666,3 +666,70 @@ async fn a_malformed_encryption_config_stops_startup() {
     );
     assert!(err.to_string().contains("not a valid key size"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_and_fairness_classifies_and_labels_requests() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = token_file(dir.path(), TOKENS);
+    let (base, _stop) = c
+        .apiserver_with(
+            |cfg| {
+                cfg.auth.token_file = Some(tokens);
+                cfg.priority_and_fairness = true;
+            },
+            None,
+        )
+        .await;
+    let headers = |token: Option<&'static str>, path: &'static str| {
+        let http = c.http.clone();
+        let url = format!("{base}{path}");
+        async move {
+            let mut r = http.get(url);
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            let resp = r.send().await.unwrap();
+            let h = |n: &str| {
+                resp.headers()
+                    .get(n)
+                    .map(|v| v.to_str().unwrap().to_string())
+            };
+            (
+                resp.status().as_u16(),
+                h("x-kubernetes-pf-flowschema-uid"),
+                h("x-kubernetes-pf-prioritylevel-uid"),
+            )
+        }
+    };
+    let (code, schema_admin, level_admin) = headers(Some("admin-token"), "/api/v1/pods").await;
+    assert_eq!(code, 200);
+    let (_, schema_node, level_node) = headers(
+        Some("n1-token"),
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+    )
+    .await;
+    let (_, schema_alice, level_alice) = headers(Some("alice-token"), "/api/v1/pods").await;
+    let (_, schema_anon, level_anon) = headers(None, "/api/v1/pods").await;
+    for v in [
+        &schema_admin,
+        &level_admin,
+        &schema_node,
+        &level_node,
+        &schema_alice,
+        &level_alice,
+    ] {
+        assert!(
+            v.as_ref().is_some_and(|s| s.len() == 36),
+            "a UID header: {v:?}"
+        );
+    }
+    // masters are exempt, node leases go to node-high, users and anonymous to global-default.
+    assert_ne!(level_admin, level_node);
+    assert_ne!(level_node, level_alice);
+    assert_eq!(level_alice, level_anon);
+    assert_eq!(schema_alice, schema_anon);
+    assert_ne!(schema_admin, schema_alice);
+}

@@ -1,9 +1,8 @@
 //! chain-bench: what the request chain costs. Two rkube-apiservers on one rkube-store, side by
-//! side: the open configuration (anonymous, AlwaysAllow, no audit) and the full chain (static
-//! token authentication, Node + RBAC authorization, a Metadata-level audit log, encryption of
-//! Secrets, the in-flight limits). Cached GETs (`resourceVersion=0`) of a pod and of a secret
-//! are timed in alternating rounds, and the difference of the medians is the chain's cost
-//! (target ≤ 50 µs). Prints the figures and writes them to `docs/benchmarks.md`.
+//! side: the open configuration (anonymous, AlwaysAllow, no audit), token authentication with
+//! Node + RBAC authorization, and that plus a Metadata-level audit log and API Priority and
+//! Fairness. Cached GETs (`resourceVersion=0`) of a pod and of a secret are timed in
+//! alternating rounds; the difference of the medians is the chain's cost (target ≤ 50 µs). Prints the figures and writes them to `docs/benchmarks.md`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -36,15 +35,52 @@ struct Api {
     token: &'static str,
 }
 
-async fn start(bin: &PathBuf, storage: &str, extra: &[String], token: &'static str) -> anyhow::Result<Api> {
+/// Starts an apiserver with `extra` flags; ready once `/readyz` answers (with `token`'s bearer
+/// when given: a server without anonymous access answers only with credentials).
+async fn start(
+    bin: &PathBuf,
+    storage: &str,
+    extra: &[String],
+    token: &'static str,
+    http: &reqwest::Client,
+) -> anyhow::Result<Api> {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let mut args: Vec<String> = ["--etcd-servers", storage, "--secure-port", &port.to_string()]
-        .map(String::from)
-        .to_vec();
+    let mut args: Vec<String> = [
+        "--etcd-servers",
+        storage,
+        "--secure-port",
+        &port.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
     args.extend_from_slice(extra);
-    let child = spawn_ready(bin, &args, &format!("{base}/readyz")).await?;
-    Ok(Api { _child: child, base, token })
+    let child = tokio::process::Command::new(bin)
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let mut probe = http.get(format!("{base}/readyz"));
+        if !token.is_empty() {
+            probe = probe.bearer_auth(token);
+        }
+        if probe.send().await.is_ok_and(|r| r.status() == 200) {
+            return Ok(Api {
+                _child: child,
+                base,
+                token,
+            });
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "an apiserver did not become ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 async fn timed(http: &reqwest::Client, api: &Api, path: &str, n: usize, lat: &mut Vec<u64>) {
@@ -72,55 +108,62 @@ async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     let dir = tempfile::tempdir()?;
     let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, format!("{TOKEN},bench-admin,1,\"system:masters\"\n"))?;
+    std::fs::write(
+        &tokens,
+        format!("{TOKEN},bench-admin,1,\"system:masters\"\n"),
+    )?;
     let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")?;
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )?;
     let enc = dir.path().join("encryption.yaml");
     std::fs::write(
         &enc,
         "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n  - aesgcm: {keys: [{name: k1, secret: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}]}\n",
     )?;
     let store = start_rkube_store(&flags.store_bin).await?;
-    let open = start(&flags.apiserver_bin, &store.url, &[], "").await?;
-    let secure_args: Vec<String> = [
+    // Every apiserver reads the encrypted secret; encryption costs nothing on cached GETs.
+    let enc_args: Vec<String> = ["--encryption-provider-config", enc.to_str().unwrap()]
+        .map(String::from)
+        .to_vec();
+    let http = reqwest::Client::new();
+    let open = start(&flags.apiserver_bin, &store.url, &enc_args, "", &http).await?;
+    let authz_args: Vec<String> = [
         "--token-auth-file",
         tokens.to_str().unwrap(),
         "--anonymous-auth=false",
         "--authorization-mode=Node,RBAC",
-        "--audit-policy-file",
-        policy.to_str().unwrap(),
-        "--audit-log-path",
-        dir.path().join("audit.log").to_str().unwrap(),
-        "--encryption-provider-config",
-        enc.to_str().unwrap(),
     ]
     .map(String::from)
     .to_vec();
-    let http = reqwest::Client::new();
-    // The full chain's apiserver answers /readyz only with credentials: wait with the token.
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut args: Vec<String> = ["--etcd-servers", &store.url, "--secure-port", &port.to_string()]
-        .map(String::from)
-        .to_vec();
-    args.extend(secure_args);
-    let child = tokio::process::Command::new(&flags.apiserver_bin)
-        .args(&args)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let deadline = Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let ok = http.get(format!("{base}/readyz")).bearer_auth(TOKEN).send().await.is_ok_and(|r| r.status() == 200);
-        if ok {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "the full-chain apiserver did not become ready");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let secure = Api { _child: child, base, token: TOKEN };
+    let mut full_args = authz_args.clone();
+    full_args.extend(
+        [
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--audit-log-path",
+            dir.path().join("audit.log").to_str().unwrap(),
+            "--enable-priority-and-fairness=true",
+        ]
+        .map(String::from),
+    );
+    let authz = start(
+        &flags.apiserver_bin,
+        &store.url,
+        &[&authz_args[..], &enc_args[..]].concat(),
+        TOKEN,
+        &http,
+    )
+    .await?;
+    let secure = start(
+        &flags.apiserver_bin,
+        &store.url,
+        &[&full_args[..], &enc_args[..]].concat(),
+        TOKEN,
+        &http,
+    )
+    .await?;
 
     // One pod and one secret (written through the full chain, so the secret is encrypted).
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench"},
@@ -136,40 +179,61 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(r.status() == 201, "create {path}: {}", r.status());
     }
     let paths = [
-        ("pod", "/api/v1/namespaces/default/pods/bench?resourceVersion=0"),
-        ("secret", "/api/v1/namespaces/default/secrets/bench?resourceVersion=0"),
+        (
+            "pod",
+            "/api/v1/namespaces/default/pods/bench?resourceVersion=0",
+        ),
+        (
+            "secret",
+            "/api/v1/namespaces/default/secrets/bench?resourceVersion=0",
+        ),
     ];
     let mut rows = Vec::new();
     for (what, path) in paths {
         // Warm both, then alternate rounds so drift on a shared machine hits both alike.
+        let apis = [
+            ("open", &open),
+            ("tokens + Node,RBAC", &authz),
+            ("+ audit + APF", &secure),
+        ];
         let mut scratch = Vec::new();
-        timed(&http, &open, path, 200, &mut scratch).await;
-        timed(&http, &secure, path, 200, &mut scratch).await;
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..flags.rounds {
-            timed(&http, &open, path, flags.gets, &mut a).await;
-            timed(&http, &secure, path, flags.gets, &mut b).await;
+        for (_, api) in apis {
+            timed(&http, api, path, 200, &mut scratch).await;
         }
-        let (open_p50, open_p99) = median_p99(a);
-        let (sec_p50, sec_p99) = median_p99(b);
-        println!("{what}: open p50 {open_p50} µs p99 {open_p99} µs; full chain p50 {sec_p50} µs p99 {sec_p99} µs");
-        rows.push((what, open_p50, open_p99, sec_p50, sec_p99));
+        let mut lat: Vec<Vec<u64>> = vec![Vec::new(); apis.len()];
+        for _ in 0..flags.rounds {
+            for (i, (_, api)) in apis.iter().enumerate() {
+                timed(&http, api, path, flags.gets, &mut lat[i]).await;
+            }
+        }
+        let figures: Vec<(u64, u64)> = lat.into_iter().map(median_p99).collect();
+        for ((name, _), (p50, p99)) in apis.iter().zip(&figures) {
+            println!("{what}: {name}: p50 {p50} µs p99 {p99} µs");
+        }
+        rows.push((what, figures));
     }
     let mut table = format!(
-        "## The request chain's cost (chain-bench)\n\n{} — commit {}, {}\n\nCached GET (`resourceVersion=0`), {} × {} sequential requests per configuration, alternating rounds. \
-         *Open*: anonymous, AlwaysAllow, no audit. *Full chain*: bearer-token authentication, Node + RBAC authorization, \
-         Metadata-level audit log, Secrets encrypted with aesgcm, in-flight limits. Target: the chain adds ≤ 50 µs to the median.\n\n\
-         | object | open p50 | open p99 | full chain p50 | full chain p99 | added to the median |\n|---|---|---|---|---|---|\n",
+        "## The request chain's cost (chain-bench)\n\n{} — commit {}, {}\n\nCached GET (`resourceVersion=0`), {} × {} sequential requests per configuration, in alternating rounds, three apiservers on one rkube-store. \
+         *Open*: anonymous, AlwaysAllow, no audit. *Tokens + Node,RBAC*: bearer-token authentication (anonymous off) and the Node and RBAC authorizers with the bootstrap policy. \
+         *+ audit + APF*: also a Metadata-level audit log and API Priority and Fairness. All three encrypt Secrets with aesgcm (invisible to cached reads). \
+         Target: the full chain adds ≤ 50 µs to the median.\n\n\
+         | object | open p50 / p99 | tokens + Node,RBAC p50 / p99 | + audit + APF p50 / p99 | full chain adds to the median |\n|---|---|---|---|---|\n",
         machine(),
         git_commit(),
         utc_now(),
         flags.rounds,
         flags.gets
     );
-    for (what, op50, op99, sp50, sp99) in rows {
+    for (what, f) in rows {
         table += &format!(
-            "| {what} | {op50} µs | {op99} µs | {sp50} µs | {sp99} µs | {} µs |\n",
-            sp50 as i64 - op50 as i64
+            "| {what} | {} / {} µs | {} / {} µs | {} / {} µs | {} µs |\n",
+            f[0].0,
+            f[0].1,
+            f[1].0,
+            f[1].1,
+            f[2].0,
+            f[2].1,
+            f[2].0 as i64 - f[0].0 as i64
         );
     }
     println!("\n{table}");

@@ -1,0 +1,268 @@
+//! API Priority and Fairness: each request is classified by the first matching FlowSchema
+//! (lowest matching precedence) into a priority level and a flow (its user, or its namespace);
+//! each limited level gets a share of the server's concurrency (`--max-requests-inflight` +
+//! `--max-mutating-requests-inflight`) and queues what it cannot run at once. A flow is
+//! shuffle-sharded onto a hand of the level's queues and joins the shortest; freed seats go to
+//! the queues in turn, so one flow flooding its queue cannot starve another flow, and one level
+//! cannot take another's seats. A full queue, or a wait past the limit, is a 429 with
+//! `Retry-After`. Long-running requests (watches) are not counted. The configuration is
+//! upstream's default FlowSchemas and PriorityLevelConfigurations.
+
+pub mod defaults;
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rkube_api::authz::{Attributes, UserInfo};
+use rkube_api::ApiError;
+use tokio::sync::oneshot;
+
+pub use defaults::{FlowSchema, Level, Subject};
+
+/// How long a queued request may wait for a seat.
+pub const MAX_WAIT: Duration = Duration::from_secs(15);
+
+struct Waiter {
+    wake: oneshot::Sender<()>,
+    id: u64,
+}
+
+#[derive(Default)]
+struct LevelState {
+    executing: usize,
+    queues: Vec<VecDeque<Waiter>>,
+    /// The queue whose turn is next.
+    next: usize,
+    waiting: usize,
+}
+
+struct LevelRuntime {
+    spec: Level,
+    /// Seats (nominal concurrency limit).
+    seats: usize,
+    state: Mutex<LevelState>,
+}
+
+pub struct Apf {
+    schemas: Vec<FlowSchema>,
+    levels: Vec<Arc<LevelRuntime>>,
+    ids: std::sync::atomic::AtomicU64,
+}
+
+/// Where a request was classified.
+#[derive(Clone, Debug)]
+pub struct Classification {
+    pub schema_uid: String,
+    pub level_uid: String,
+}
+
+/// A seat: released (and the next waiter woken) on drop.
+pub struct Seat {
+    level: Option<Arc<LevelRuntime>>,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if let Some(l) = self.level.take() {
+            let mut st = l.state.lock().unwrap();
+            st.executing -= 1;
+            dispatch(&mut st, l.seats);
+        }
+    }
+}
+
+/// Hands free seats to waiters, visiting the queues in turn.
+fn dispatch(st: &mut LevelState, seats: usize) {
+    while st.executing < seats && st.waiting > 0 {
+        let n = st.queues.len();
+        let Some(q) = (0..n)
+            .map(|i| (st.next + i) % n)
+            .find(|&i| !st.queues[i].is_empty())
+        else {
+            return;
+        };
+        st.next = (q + 1) % n;
+        let w = st.queues[q].pop_front().expect("non-empty queue");
+        st.waiting -= 1;
+        if w.wake.send(()).is_ok() {
+            st.executing += 1;
+        }
+    }
+}
+
+fn flow_hash(schema: &str, distinguisher: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (schema, distinguisher).hash(&mut h);
+    h.finish()
+}
+
+/// Deals `hand` distinct queue indices out of `queues` from a flow's hash (upstream's
+/// shuffle sharding: the hash read as digits in falling bases).
+pub fn deal(mut hash: u64, queues: usize, hand: usize) -> Vec<usize> {
+    let hand = hand.min(queues).max(1);
+    let mut picked: Vec<usize> = Vec::with_capacity(hand);
+    for i in 0..hand {
+        let base = (queues - i) as u64;
+        let mut card = (hash % base) as usize;
+        hash /= base;
+        // Skip the cards already dealt, as in a shrinking deck.
+        let mut sorted = picked.clone();
+        sorted.sort_unstable();
+        for p in sorted {
+            if card >= p {
+                card += 1;
+            }
+        }
+        picked.push(card);
+    }
+    picked
+}
+
+impl Apf {
+    /// Upstream's default configuration over `server_seats` seats.
+    pub fn new(server_seats: usize) -> Self {
+        let (schemas, levels) = defaults::configuration();
+        let total: u32 = levels.iter().filter(|l| !l.exempt).map(|l| l.shares).sum();
+        let levels = levels
+            .into_iter()
+            .map(|spec| {
+                let seats = if spec.exempt {
+                    usize::MAX
+                } else {
+                    ((server_seats as u64 * spec.shares as u64).div_ceil(total.max(1) as u64))
+                        .max(1) as usize
+                };
+                let queues = (0..spec.queues.max(1)).map(|_| VecDeque::new()).collect();
+                Arc::new(LevelRuntime {
+                    spec,
+                    seats,
+                    state: Mutex::new(LevelState {
+                        queues,
+                        ..Default::default()
+                    }),
+                })
+            })
+            .collect();
+        Apf {
+            schemas,
+            levels,
+            ids: Default::default(),
+        }
+    }
+
+    /// The seats of each level (name → seats), for metrics and tests.
+    pub fn seats(&self) -> Vec<(String, usize)> {
+        self.levels
+            .iter()
+            .map(|l| (l.spec.name.clone(), l.seats))
+            .collect()
+    }
+
+    /// Requests waiting in a level's queues.
+    pub fn queued(&self, level: &str) -> usize {
+        self.levels
+            .iter()
+            .find(|l| l.spec.name == level)
+            .map_or(0, |l| l.state.lock().unwrap().waiting)
+    }
+
+    fn classify(&self, user: &UserInfo, a: &Attributes) -> (&FlowSchema, &Arc<LevelRuntime>) {
+        let schema = self
+            .schemas
+            .iter()
+            .find(|s| s.matches(user, a))
+            .unwrap_or_else(|| self.schemas.last().expect("catch-all"));
+        let level = self
+            .levels
+            .iter()
+            .find(|l| l.spec.name == schema.level)
+            .unwrap_or_else(|| self.levels.last().expect("levels"));
+        (schema, level)
+    }
+
+    /// Waits for a seat for the request (none needed for exempt levels), or 429.
+    pub async fn admit(
+        &self,
+        user: &UserInfo,
+        a: &Attributes,
+    ) -> Result<(Seat, Classification), ApiError> {
+        let (schema, level) = self.classify(user, a);
+        let class = Classification {
+            schema_uid: schema.uid.clone(),
+            level_uid: level.spec.uid.clone(),
+        };
+        if level.spec.exempt {
+            return Ok((Seat { level: None }, class));
+        }
+        let distinguisher = match schema.distinguisher {
+            Some(defaults::By::User) => user.name.as_str(),
+            Some(defaults::By::Namespace) => a.namespace.as_str(),
+            None => "",
+        };
+        let rx = {
+            let mut st = level.state.lock().unwrap();
+            if st.executing < level.seats && st.waiting == 0 {
+                st.executing += 1;
+                return Ok((
+                    Seat {
+                        level: Some(level.clone()),
+                    },
+                    class,
+                ));
+            }
+            let hand = deal(
+                flow_hash(&schema.name, distinguisher),
+                st.queues.len(),
+                level.spec.hand_size,
+            );
+            let q = *hand
+                .iter()
+                .min_by_key(|&&q| st.queues[q].len())
+                .expect("a hand has cards");
+            if st.queues[q].len() >= level.spec.queue_length_limit {
+                return Err(too_many(level));
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            st.queues[q].push_back(Waiter { wake: tx, id });
+            st.waiting += 1;
+            (rx, q, id)
+        };
+        let (rx, q, id) = rx;
+        match tokio::time::timeout(MAX_WAIT, rx).await {
+            Ok(Ok(())) => Ok((
+                Seat {
+                    level: Some(level.clone()),
+                },
+                class,
+            )),
+            _ => {
+                // Timed out: leave the queue (unless just dispatched, then give the seat back).
+                let mut st = level.state.lock().unwrap();
+                if let Some(pos) = st.queues[q].iter().position(|w| w.id == id) {
+                    st.queues[q].remove(pos);
+                    st.waiting -= 1;
+                } else {
+                    st.executing -= 1;
+                    dispatch(&mut st, level.seats);
+                }
+                Err(too_many(level))
+            }
+        }
+    }
+}
+
+fn too_many(level: &LevelRuntime) -> ApiError {
+    ApiError::too_many_requests(
+        format!(
+            "The {} priority level is over its concurrency and queue limits, please try again later.",
+            level.spec.name
+        ),
+        1,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+use super::*;
+
+fn user(name: &str, groups: &[&str]) -> UserInfo {
+    UserInfo::authenticated(name, "", groups.iter().map(|g| g.to_string()).collect())
+}
+
+fn attrs(verb: &str, group: &str, resource: &str, ns: &str) -> Attributes {
+    Attributes {
+        verb: verb.into(),
+        resource_request: true,
+        api_group: group.into(),
+        resource: resource.into(),
+        namespace: ns.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn hands_are_distinct_in_range_and_stable() {
+    for hash in [0u64, 1, 42, u64::MAX, 0xdead_beef_cafe] {
+        let hand = deal(hash, 64, 6);
+        assert_eq!(hand.len(), 6);
+        let mut sorted = hand.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 6, "distinct: {hand:?}");
+        assert!(hand.iter().all(|&q| q < 64));
+        assert_eq!(hand, deal(hash, 64, 6));
+    }
+    assert_eq!(deal(7, 1, 6), vec![0]);
+}
+
+#[test]
+fn requests_land_on_upstreams_levels() {
+    let apf = Apf::new(600);
+    let level = |u: &UserInfo, a: &Attributes| apf.classify(u, a).1.spec.name.clone();
+    let admin = user("admin", &["system:masters"]);
+    assert_eq!(level(&admin, &attrs("list", "", "pods", "")), "exempt");
+    let node = user("system:node:n1", &["system:nodes"]);
+    assert_eq!(
+        level(
+            &node,
+            &attrs("update", "coordination.k8s.io", "leases", "kube-node-lease")
+        ),
+        "node-high"
+    );
+    assert_eq!(level(&node, &attrs("list", "", "pods", "")), "system");
+    let cm = user("system:kube-controller-manager", &[]);
+    assert_eq!(
+        level(
+            &cm,
+            &attrs("update", "coordination.k8s.io", "leases", "kube-system")
+        ),
+        "leader-election"
+    );
+    assert_eq!(
+        level(&cm, &attrs("create", "", "pods", "default")),
+        "workload-high"
+    );
+    let alice = user("alice", &[]);
+    assert_eq!(
+        level(&alice, &attrs("list", "", "pods", "default")),
+        "global-default"
+    );
+    assert_eq!(
+        level(&UserInfo::anonymous(), &attrs("get", "", "pods", "x")),
+        "global-default"
+    );
+    let probe = Attributes {
+        verb: "get".into(),
+        path: "/readyz".into(),
+        ..Default::default()
+    };
+    assert_eq!(level(&UserInfo::anonymous(), &probe), "exempt");
+    // Shares split the server's seats: global-default gets 20/245 of 600.
+    assert!(apf.seats().contains(&("global-default".into(), 49)));
+}
+
+#[tokio::test]
+async fn a_flooding_flow_cannot_starve_another() {
+    // One seat per level.
+    let apf = Arc::new(Apf::new(1));
+    let flood = user("flood", &[]);
+    let victim = user("victim", &[]);
+    let a = attrs("list", "", "pods", "default");
+    let (held, _) = apf.admit(&flood, &a).await.unwrap();
+    // The flooder queues 20 requests behind the busy seat.
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting = Vec::new();
+    for i in 0..20 {
+        let (apf, flood, a, tx) = (apf.clone(), flood.clone(), a.clone(), done_tx.clone());
+        waiting.push(tokio::spawn(async move {
+            if let Ok((seat, _)) = apf.admit(&flood, &a).await {
+                let _ = tx.send(format!("flood-{i}"));
+                drop(seat);
+            }
+        }));
+        tokio::task::yield_now().await;
+    }
+    // Then the victim asks once.
+    let (apf2, v, a2, tx) = (apf.clone(), victim.clone(), a.clone(), done_tx.clone());
+    let victim_task = tokio::spawn(async move {
+        let (seat, _) = apf2.admit(&v, &a2).await.unwrap();
+        let _ = tx.send("victim".to_string());
+        drop(seat);
+    });
+    tokio::task::yield_now().await;
+    drop(held);
+    let mut order = Vec::new();
+    while order.len() < 21 {
+        order.push(done_rx.recv().await.unwrap());
+    }
+    victim_task.await.unwrap();
+    let pos = order.iter().position(|s| s == "victim").unwrap();
+    assert!(
+        pos <= 1,
+        "the victim's queue gets the next turn, not the 21st: {order:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_is_429_with_retry_after() {
+    let apf = Arc::new(Apf::new(1));
+    let flood = user("flood", &[]);
+    let a = attrs("list", "", "pods", "default");
+    let (_held, _) = apf.admit(&flood, &a).await.unwrap();
+    let mut tasks = Vec::new();
+    // global-default queues hold 50 each; a flow spreads over its hand of 6 queues.
+    for _ in 0..400 {
+        let (apf, flood, a) = (apf.clone(), flood.clone(), a.clone());
+        tasks.push(tokio::spawn(async move {
+            apf.admit(&flood, &a).await.map(|_| ())
+        }));
+    }
+    // Wait until every request is either queued or refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while apf.queued("global-default") + tasks.iter().filter(|t| t.is_finished()).count() < 400 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "requests neither queued nor refused"
+        );
+        tokio::task::yield_now().await;
+    }
+    let mut rejected = 0;
+    for t in tasks {
+        if t.is_finished() {
+            if let Err(e) = t.await.unwrap() {
+                assert_eq!((e.code(), e.reason()), (429, "TooManyRequests"));
+                assert_eq!(e.status().details.as_ref().unwrap().retry_after_seconds, 1);
+                rejected += 1;
+            }
+        } else {
+            t.abort();
+        }
+    }
+    assert_eq!(
+        rejected,
+        400 - 6 * 50,
+        "everything past the hand's 6 queues × 50 is refused"
+    );
+}
