@@ -103,6 +103,173 @@ fn median_p99(mut v: Vec<u64>) -> (u64, u64) {
     (percentile(&v, 0.5), percentile(&v, 0.99))
 }
 
+/// `n` sequential GETs as the victim: latencies of those served, and how many were refused.
+async fn victim_gets(http: &reqwest::Client, url: &str, n: usize) -> (Vec<u64>, usize) {
+    let (mut lat, mut refused) = (Vec::new(), 0);
+    for _ in 0..n {
+        let t = Instant::now();
+        match http.get(url).bearer_auth("victim-token").send().await {
+            Ok(r) if r.status().is_success() => {
+                let _ = r.bytes().await;
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+            _ => refused += 1,
+        }
+    }
+    (lat, refused)
+}
+
+/// One user flooding LISTs at ten times the server's capacity while another user reads and a
+/// node renews its lease, with the legacy in-flight limits and with APF.
+async fn fairness(
+    flags: &Flags,
+    storage: &str,
+    dir: &tempfile::TempDir,
+    enc_args: &[String],
+) -> anyhow::Result<String> {
+    const READS: usize = 20;
+    const WRITES: usize = 10;
+    const FLOODERS: usize = 10 * (READS + WRITES);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(FLOODERS + 8)
+        .build()?;
+    let mut out = format!(
+        "\n### Fairness under a flood\n\n`--max-requests-inflight={READS} --max-mutating-requests-inflight={WRITES}`; user `flood` keeps {FLOODERS} LISTs of 300 pods in flight \
+         (10× the server's capacity) for 10 s while user `victim` GETs one pod in a loop and node `n1` renews its Lease every 500 ms. \
+         Targets: the victim's p99 within 3× its unloaded p99, no lease renewal failing or late past its 40 s duration.\n\n\
+         | limits | victim unloaded p50 / p99 | victim under flood p50 / p99 | victim 429s | flood served / 429s | lease renewals ok / failed, slowest |\n|---|---|---|---|---|---|\n"
+    );
+    for apf in [false, true] {
+        let mut args: Vec<String> = [
+            "--token-auth-file",
+            dir.path().join("tokens.csv").to_str().unwrap(),
+            "--authorization-mode=Node,RBAC",
+            &format!("--max-requests-inflight={READS}"),
+            &format!("--max-mutating-requests-inflight={WRITES}"),
+            &format!("--enable-priority-and-fairness={apf}"),
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend_from_slice(enc_args);
+        let api = start(&flags.apiserver_bin, storage, &args, TOKEN, &http).await?;
+        let base = api.base.clone();
+        // Everyone may read pods; the node needs its lease.
+        let bind = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("bench-view-{apf}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]});
+        http.post(format!(
+            "{base}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+        ))
+        .bearer_auth(TOKEN)
+        .json(&bind)
+        .send()
+        .await?;
+        for i in 0..300 {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("f{apf}-{i}")},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1.14.2"}]}});
+            http.post(format!("{base}/api/v1/namespaces/default/pods"))
+                .bearer_auth(TOKEN)
+                .json(&pod)
+                .send()
+                .await?;
+        }
+        let lease_url =
+            format!("{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "n1"},
+            "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}});
+        http.put(&lease_url)
+            .bearer_auth("node-token")
+            .json(&lease)
+            .send()
+            .await?;
+        let victim_url = format!("{base}/api/v1/namespaces/default/pods/f{apf}-0");
+        let (unloaded, _) = victim_gets(&http, &victim_url, 500).await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let rejected = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut flood = Vec::new();
+        for _ in 0..FLOODERS {
+            let (http, url, stop, served, rejected) = (
+                http.clone(),
+                format!("{base}/api/v1/namespaces/default/pods?resourceVersion=0"),
+                stop.clone(),
+                served.clone(),
+                rejected.clone(),
+            );
+            flood.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match http.get(&url).bearer_auth("flood-token").send().await {
+                        Ok(r) if r.status() == 200 => {
+                            let _ = r.bytes().await;
+                            served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        _ => {
+                            rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await; // let the flood build up
+        let renewals = {
+            let (http, url, stop) = (http.clone(), lease_url.clone(), stop.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut failed, mut slowest) = (0u32, 0u32, 0u64);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let patch = json!({"spec": {"leaseDurationSeconds": 40}});
+                    match http
+                        .patch(&url)
+                        .bearer_auth("node-token")
+                        .header("content-type", "application/merge-patch+json")
+                        .body(patch.to_string())
+                        .send()
+                        .await
+                    {
+                        Ok(r) if r.status().is_success() => ok += 1,
+                        _ => failed += 1,
+                    }
+                    slowest = slowest.max(t.elapsed().as_millis() as u64);
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+                (ok, failed, slowest)
+            })
+        };
+        let (vhttp, vurl) = (http.clone(), victim_url.clone());
+        let victim_run = tokio::spawn(async move {
+            let deadline = Instant::now() + std::time::Duration::from_secs(9);
+            let (mut lat, mut refused) = (Vec::new(), 0);
+            while Instant::now() < deadline {
+                let (l, r) = victim_gets(&vhttp, &vurl, 20).await;
+                lat.extend(l);
+                refused += r;
+            }
+            (lat, refused)
+        });
+        let (loaded, victim_refused) = victim_run.await?;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (ok, failed, slowest) = renewals.await?;
+        for f in flood {
+            let _ = f.await;
+        }
+        let (u50, u99) = median_p99(unloaded);
+        let (l50, l99) = if loaded.is_empty() {
+            (0, 0)
+        } else {
+            median_p99(loaded)
+        };
+        let name = if apf { "APF" } else { "legacy max-in-flight" };
+        println!("fairness {name}: victim unloaded {u50}/{u99} µs, flooded {l50}/{l99} µs, {victim_refused} refused; lease ok {ok} failed {failed} slowest {slowest} ms");
+        out += &format!(
+            "| {name} | {u50} / {u99} µs | {l50} / {l99} µs | {victim_refused} | {} / {} | {ok} / {failed}, {slowest} ms |\n",
+            served.load(std::sync::atomic::Ordering::Relaxed),
+            rejected.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        drop(api);
+    }
+    Ok(out)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
@@ -110,7 +277,9 @@ async fn main() -> anyhow::Result<()> {
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(
         &tokens,
-        format!("{TOKEN},bench-admin,1,\"system:masters\"\n"),
+        format!(
+            "{TOKEN},bench-admin,1,\"system:masters\"\nflood-token,flood,2\nvictim-token,victim,3\nnode-token,system:node:n1,4,system:nodes\n"
+        ),
     )?;
     let policy = dir.path().join("audit-policy.yaml");
     std::fs::write(
@@ -237,6 +406,8 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!("\n{table}");
+    drop((open, authz, secure));
+    table += &fairness(&flags, &store.url, &dir, &enc_args).await?;
     write_section(&flags.out, "chain-bench", &table)?;
     println!("written to {}", flags.out.display());
     Ok(())
