@@ -1,5 +1,5 @@
 //! The request chain in front of every route, in upstream's order: audit init (`Audit-Id`),
-//! authentication (401), API Priority and Fairness or the max-in-flight limits (429), audit of
+//! authentication (a verified client certificate, else a bearer token or anonymous; 401), API Priority and Fairness or the max-in-flight limits (429), audit of
 //! the request, authorization
 //! (403), then the handler — whose response is audited (`ResponseStarted` for long-running
 //! requests, `ResponseComplete` when the body ends).
@@ -65,7 +65,15 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Next) -> Response {
     let query = req.uri().query().unwrap_or("").to_string();
     let attrs = attributes(req.method(), req.uri().path(), &query);
-    let authn = chain.auth.authenticate(req.headers());
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<crate::tls::Peer>>()
+        .map(|c| c.0.clone());
+    // A verified client certificate wins over tokens and anonymous, as upstream's union.
+    let authn = match peer.as_ref().and_then(|p| p.cert_user.clone()) {
+        Some(user) => Ok(user),
+        None => chain.auth.authenticate(req.headers()),
+    };
     let Some(auditor) = &chain.audit else {
         // No auditing: the short path.
         let user = match authn {
@@ -95,6 +103,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string())
+        .or_else(|| peer.as_ref().map(|p| p.addr.ip().to_string()))
         .unwrap_or_default();
     let agent = req
         .headers()

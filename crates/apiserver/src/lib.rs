@@ -16,6 +16,7 @@ pub mod inflight;
 pub mod metrics;
 pub mod registry;
 pub mod storage;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub struct Config {
     pub disable_admission_plugins: Vec<String>,
     /// DefaultTolerationSeconds' (not-ready, unreachable) tolerations.
     pub default_toleration_seconds: (i64, i64),
+    /// HTTPS (and client certificates) instead of plain HTTP.
+    pub tls: Option<tls::TlsFiles>,
     /// `--encryption-provider-config`: an EncryptionConfiguration file.
     pub encryption_config: Option<std::path::PathBuf>,
     /// `--enable-priority-and-fairness`: APF over the in-flight totals instead of the legacy
@@ -84,6 +87,7 @@ impl Config {
             auth: auth::AuthConfig::default(),
             audit: audit::AuditConfig::default(),
             encryption_config: None,
+            tls: None,
             enable_admission_plugins: Vec::new(),
             disable_admission_plugins: Vec::new(),
             default_toleration_seconds: (300, 300),
@@ -294,12 +298,25 @@ pub async fn run(
         ))
         .with_state(state);
     tracing::info!(addr = %listener.local_addr()?, "rkube-apiserver serving");
-    let served = axum::serve(
-        rkube_daemon::nodelay(listener),
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-    .await;
+    let served = match &config.tls {
+        Some(files) => {
+            let tls_config = tls::server_config(files)?;
+            axum::serve(
+                tls::TlsListener::new(listener, tls_config)?,
+                app.into_make_service_with_connect_info::<tls::Peer>(),
+            )
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+        }
+        None => {
+            axum::serve(
+                rkube_daemon::nodelay(listener),
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+        }
+    };
     if let Some(a) = &chain.audit {
         a.close();
     }

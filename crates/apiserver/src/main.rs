@@ -36,6 +36,15 @@ struct Flags {
     watch_cache_history_window: GoDuration,
     #[arg(long, default_value = "60s")]
     watch_bookmark_interval: GoDuration,
+    /// Serve HTTPS with this PEM certificate (chain) ...
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// ... and its PEM private key.
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// Authenticate client certificates signed by this CA (CN = user, O = groups).
+    #[arg(long, requires = "tls_cert_file")]
+    client_ca_file: Option<std::path::PathBuf>,
     /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<std::path::PathBuf>,
@@ -110,6 +119,14 @@ async fn main() -> anyhow::Result<()> {
         max_backup: f.audit_log_maxbackup,
     };
     config.encryption_config = f.encryption_provider_config.clone();
+    config.tls = match (&f.tls_cert_file, &f.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(rkube_apiserver::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: f.client_ca_file.clone(),
+        }),
+        _ => None,
+    };
     config.priority_and_fairness = f.enable_priority_and_fairness;
     config.enable_admission_plugins = f.enable_admission_plugins.clone();
     config.disable_admission_plugins = f.disable_admission_plugins.clone();
@@ -132,7 +149,12 @@ async fn main() -> anyhow::Result<()> {
         } else {
             local.ip()
         };
-        let server = format!("http://{}", std::net::SocketAddr::new(ip, local.port()));
+        let scheme = if f.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let server = format!("{scheme}://{}", std::net::SocketAddr::new(ip, local.port()));
         let yaml = rkube_api::kubeconfig::kubeconfig_yaml("rkube", &server, None);
         std::fs::write(path, yaml).with_context(|| format!("write {}", path.display()))?;
         tracing::info!(path = %path.display(), %server, "wrote kubeconfig");

@@ -5,4 +5,5 @@ mod admission;
 mod api;
 mod auth;
 mod harness;
+mod tls;
 mod watch;
