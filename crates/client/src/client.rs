@@ -67,6 +67,22 @@ impl Client {
             if let Some(t) = timeout {
                 b = b.timeout(t);
             }
+            if cfg.server.starts_with("https://") {
+                b = b.use_rustls_tls().danger_accept_invalid_certs(cfg.insecure);
+                if let Some(ca) = &cfg.ca_pem {
+                    for cert in reqwest::Certificate::from_pem_bundle(ca)
+                        .map_err(|e| Error::Config(format!("certificate-authority: {e}")))?
+                    {
+                        b = b.add_root_certificate(cert);
+                    }
+                }
+                if let Some(id) = &cfg.client_identity_pem {
+                    b = b.identity(
+                        reqwest::Identity::from_pem(id)
+                            .map_err(|e| Error::Config(format!("client certificate: {e}")))?,
+                    );
+                }
+            }
             b.build().map_err(|e| Error::Config(e.to_string()))
         };
         Ok(Client {

@@ -15,6 +15,10 @@ pub struct Config {
     pub token: Option<String>,
     /// Skip server certificate verification (kubeconfig `insecure-skip-tls-verify`).
     pub insecure: bool,
+    /// PEM CA bundle to verify an https server with (`certificate-authority[-data]`).
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM client certificate and key (`client-certificate[-data]`, `client-key[-data]`).
+    pub client_identity_pem: Option<Vec<u8>>,
     /// Client-side rate limit in requests per second; 0 turns it off.
     pub qps: f32,
     pub burst: u32,
@@ -28,6 +32,8 @@ impl Config {
             server: server.into().trim_end_matches('/').to_string(),
             token: None,
             insecure: false,
+            ca_pem: None,
+            client_identity_pem: None,
             qps: 0.0,
             burst: 0,
             user_agent: format!("rkube/{}", env!("CARGO_PKG_VERSION")),
@@ -71,6 +77,12 @@ impl Config {
             })?;
         let mut cfg = Config::new(&cluster.cluster.server);
         cfg.insecure = cluster.cluster.insecure_skip_tls_verify;
+        cfg.ca_pem = pem_of(
+            dir,
+            cluster.cluster.certificate_authority_data.as_deref(),
+            cluster.cluster.certificate_authority.as_deref(),
+            "certificate-authority",
+        )?;
         if let Some(user) = ctx
             .context
             .user
@@ -87,6 +99,31 @@ impl Config {
                     Some(t.trim().to_string())
                 }
                 _ => None,
+            };
+            let cert = pem_of(
+                dir,
+                user.user.client_certificate_data.as_deref(),
+                user.user.client_certificate.as_deref(),
+                "client-certificate",
+            )?;
+            let key = pem_of(
+                dir,
+                user.user.client_key_data.as_deref(),
+                user.user.client_key.as_deref(),
+                "client-key",
+            )?;
+            cfg.client_identity_pem = match (cert, key) {
+                (Some(mut c), Some(k)) => {
+                    c.push(b'\n');
+                    c.extend_from_slice(&k);
+                    Some(c)
+                }
+                (None, None) => None,
+                _ => {
+                    return Err(Error::Config(
+                        "kubeconfig user has a client certificate or key without the other".into(),
+                    ))
+                }
             };
         }
         cfg.check_scheme()?;
@@ -116,19 +153,39 @@ impl Config {
     }
 
     fn check_scheme(&self) -> Result<(), Error> {
-        if self.server.starts_with("http://") {
+        if self.server.starts_with("http://") || self.server.starts_with("https://") {
             Ok(())
-        } else if self.server.starts_with("https://") {
-            Err(Error::Config(format!(
-                "server {}: this build of rkube-client speaks plain HTTP only (rkube's apiserver serves HTTP on loopback)",
-                self.server
-            )))
         } else {
             Err(Error::Config(format!(
-                "server {:?} is not an http:// URL",
+                "server {:?} is not an http:// or https:// URL",
                 self.server
             )))
         }
+    }
+}
+
+/// PEM bytes from a kubeconfig `*-data` field (base64) or file path (relative to `dir`).
+fn pem_of(
+    dir: Option<&Path>,
+    data: Option<&str>,
+    file: Option<&str>,
+    field: &str,
+) -> Result<Option<Vec<u8>>, Error> {
+    use base64::Engine as _;
+    if let Some(d) = data.filter(|d| !d.is_empty()) {
+        return base64::engine::general_purpose::STANDARD
+            .decode(d.trim())
+            .map(Some)
+            .map_err(|e| Error::Config(format!("kubeconfig {field}-data is not base64: {e}")));
+    }
+    match file.filter(|f| !f.is_empty()) {
+        Some(f) => {
+            let p = resolve(dir, f);
+            std::fs::read(&p)
+                .map(Some)
+                .map_err(|e| Error::Config(format!("reading {field} {}: {e}", p.display())))
+        }
+        None => Ok(None),
     }
 }
 
@@ -201,6 +258,10 @@ struct ClusterEntry {
     server: String,
     #[serde(rename = "insecure-skip-tls-verify", default)]
     insecure_skip_tls_verify: bool,
+    #[serde(rename = "certificate-authority", default)]
+    certificate_authority: Option<String>,
+    #[serde(rename = "certificate-authority-data", default)]
+    certificate_authority_data: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -229,6 +290,14 @@ struct UserEntry {
     token: Option<String>,
     #[serde(rename = "tokenFile", default)]
     token_file: Option<String>,
+    #[serde(rename = "client-certificate", default)]
+    client_certificate: Option<String>,
+    #[serde(rename = "client-certificate-data", default)]
+    client_certificate_data: Option<String>,
+    #[serde(rename = "client-key", default)]
+    client_key: Option<String>,
+    #[serde(rename = "client-key-data", default)]
+    client_key_data: Option<String>,
 }
 
 #[cfg(test)]
@@ -254,12 +323,29 @@ mod tests {
     }
 
     #[test]
+    fn https_clusters_bring_their_ca_and_client_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "CA PEM").unwrap();
+        let text = "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {server: \"https://127.0.0.1:6443\", certificate-authority: ca.crt}\nusers:\n- name: u\n  user: {client-certificate-data: Q0VSVA==, client-key-data: S0VZ}\n";
+        let c = Config::from_kubeconfig_str(text, Some(dir.path())).unwrap();
+        assert_eq!(c.server, "https://127.0.0.1:6443");
+        assert_eq!(c.ca_pem.as_deref(), Some(&b"CA PEM"[..]));
+        assert_eq!(c.client_identity_pem.as_deref(), Some(&b"CERT\nKEY"[..]));
+    }
+
+    #[test]
     fn errors_are_clear() {
         let e =
             Config::from_kubeconfig_str("current-context: x\ncontexts: []\n", None).unwrap_err();
         assert!(e.to_string().contains("context \"x\" not found"), "{e}");
-        let e = Config::infer(None, Some("https://h:1")).unwrap_err();
-        assert!(e.to_string().contains("plain HTTP"), "{e}");
+        let e = Config::infer(None, Some("ftp://h:1")).unwrap_err();
+        assert!(
+            e.to_string().contains("not an http:// or https:// URL"),
+            "{e}"
+        );
+        let half = "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {server: \"https://h:1\"}\nusers:\n- name: u\n  user: {client-certificate-data: Zm9v}\n";
+        let e = Config::from_kubeconfig_str(half, None).unwrap_err();
+        assert!(e.to_string().contains("without the other"), "{e}");
         let e = Config::from_kubeconfig_str(": : :", None).unwrap_err();
         assert!(e.to_string().contains("parsing kubeconfig"), "{e}");
     }

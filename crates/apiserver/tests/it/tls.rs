@@ -183,6 +183,16 @@ async fn client_certificates_name_the_user_over_https() {
         write("admin.key", &admin_id.1).display(),
     );
     let kubeconfig = write("kubeconfig", &kc);
+    // The components' client over HTTPS from the same kubeconfig.
+    let cfg = rkube_client::config::Config::from_kubeconfig(&kubeconfig).unwrap();
+    let components = rkube_client::Client::new(cfg).unwrap();
+    let namespaces: rkube_client::Api<rkube_api::k8s::api::core::v1::Namespace> =
+        rkube_client::Api::all(&components);
+    let list = namespaces.list(&Default::default()).await.unwrap();
+    assert!(list
+        .items
+        .iter()
+        .any(|n| n.metadata.name.as_deref() == Some("default")));
     let out = std::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
