@@ -17,6 +17,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 k() { "$KUBECTL" "${ARGS[@]}" "$@"; }
+# Private scratch files: several runs may go at once (the e2e tests run in parallel).
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
 step() { printf '\n\033[1m--- %s\033[0m\n' "$*"; }
 fail() { printf '\n\033[31mFAILED: %s\033[0m\n' "$*" >&2; exit 1; }
 trap 'fail "step failed at line $LINENO (exit $?)"' ERR
@@ -62,13 +65,13 @@ k get deploy,rs -l app=nginx
 
 pod=$(k get po -l app=nginx -o jsonpath='{.items[0].metadata.name}')
 step "kubectl describe pod $pod"
-k describe pod "$pod" | tee /tmp/rkube-describe.txt
-grep -q "Successfully assigned default/$pod" /tmp/rkube-describe.txt || fail "describe shows no Scheduled event"
-grep -q "Started container nginx" /tmp/rkube-describe.txt || fail "describe shows no Started event"
+k describe pod "$pod" | tee "$TMP/describe.txt"
+grep -q "Successfully assigned default/$pod" "$TMP/describe.txt" || fail "describe shows no Scheduled event"
+grep -q "Started container nginx" "$TMP/describe.txt" || fail "describe shows no Started event"
 
 step "kubectl logs $pod"
-k logs "$pod" | tee /tmp/rkube-logs.txt
-grep -q "Configuration complete" /tmp/rkube-logs.txt || fail "no nginx start-up lines in the logs"
+k logs "$pod" | tee "$TMP/logs.txt"
+grep -q "Configuration complete" "$TMP/logs.txt" || fail "no nginx start-up lines in the logs"
 
 step "kubectl delete deployment nginx-deployment"
 k delete deployment nginx-deployment
