@@ -69,14 +69,15 @@ fn terminal(pod: &Value) -> bool {
     )
 }
 
-/// A pod's compute usage: the sum over containers (or the largest init container, if more).
-fn pod_compute(pod: &Value, name: &str) -> i64 {
+/// A pod's compute usage of `name` (None: not a compute resource): the sum over containers
+/// (or the largest init container, if more).
+fn pod_compute(pod: &Value, name: &str) -> Option<i64> {
     let (field, resource) = match name {
         "cpu" | "requests.cpu" => ("requests", "cpu"),
         "memory" | "requests.memory" => ("requests", "memory"),
         "limits.cpu" => ("limits", "cpu"),
         "limits.memory" => ("limits", "memory"),
-        _ => return 0,
+        _ => return None,
     };
     let of = |list: &str| -> Vec<i64> {
         pod.pointer(&format!("/spec/{list}"))
@@ -93,7 +94,7 @@ fn pod_compute(pod: &Value, name: &str) -> i64 {
     };
     let sum: i64 = of("containers").iter().sum();
     let init = of("initContainers").into_iter().max().unwrap_or(0);
-    sum.max(init)
+    Some(sum.max(init))
 }
 
 /// What one object of `def` uses of each of `names`.
@@ -106,21 +107,8 @@ pub fn object_usage(def: &ResourceDef, obj: &Value, names: &[String]) -> Usage {
     for n in names {
         if counted.contains(n) {
             out.insert(n.clone(), 1);
-        } else if def.kind == "Pod" {
-            let v = pod_compute(obj, n);
-            if v != 0
-                || matches!(
-                    n.as_str(),
-                    "cpu"
-                        | "memory"
-                        | "requests.cpu"
-                        | "requests.memory"
-                        | "limits.cpu"
-                        | "limits.memory"
-                )
-            {
-                out.insert(n.clone(), v);
-            }
+        } else if let Some(v) = (def.kind == "Pod").then(|| pod_compute(obj, n)).flatten() {
+            out.insert(n.clone(), v);
         }
     }
     out

@@ -12,10 +12,15 @@ use serde_json::{json, Value};
 
 /// The review resource a path names, if any.
 pub fn find(path: &str) -> Option<&'static ResourceDef> {
-    let rest = path.strip_prefix("/apis/")?;
+    // Called for every request: compare segments, allocate nothing.
+    let mut segs = path.strip_prefix("/apis/")?.split('/');
+    let (group, version, plural) = (segs.next()?, segs.next()?, segs.next()?);
+    if segs.next().is_some() {
+        return None;
+    }
     resources::REVIEWS
         .iter()
-        .find(|r| rest == format!("{}/{}/{}", r.group, r.version, r.plural))
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
 /// Answers a review (`POST` only) with its `status` filled in.
