@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=release
 [ "${1:-}" = "--debug" ] && PROFILE=debug
-BINS=(rkube-store rkube-apiserver rkube-controller-manager rkube-scheduler rkube-kubelet-agent rkube-probe)
+BINS=(rkube-store rkube-apiserver rkube-pki rkube-controller-manager rkube-scheduler rkube-kubelet-agent rkube-probe)
 if [ "$PROFILE" = release ]; then
   cargo build --release -q $(printf -- '--bin %s ' "${BINS[@]}")
 fi

@@ -2,23 +2,29 @@
 # Brings up a whole rkube cluster on loopback and deploys the nginx example:
 #   rkube-store (or a real etcd with --etcd), rkube-apiserver, rkube-controller-manager,
 #   rkube-scheduler and one rkube-kubelet-agent per node (3 by default).
-# Writes a kubeconfig, waits until everything is ready, shows the nginx pod Running, then keeps
-# running until Ctrl-C, which stops everything.
+# Secure by default, like a kubeadm cluster: rkube-pki makes a CA, the apiserver's serving
+# certificate and a client certificate + kubeconfig per component (the controller-manager, the
+# scheduler, system:node:<name> for each node) and for the admin; the apiserver serves HTTPS,
+# authenticates client certificates, authorizes with Node,RBAC and runs priority and fairness.
+# --insecure runs the open configuration instead (plain HTTP, anyone may do anything).
+# Writes the admin kubeconfig, waits until everything is ready, shows the nginx pod Running,
+# then keeps running until Ctrl-C, which stops everything.
 #
-#   ./scripts/up.sh [--nodes N] [--etcd] [--no-example] [--dir DIR] [--port 6443]
+#   ./scripts/up.sh [--nodes N] [--etcd] [--no-example] [--insecure] [--dir DIR] [--port 6443]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-NODES=3 ETCD=0 EXAMPLE=1 DIR="${RKUBE_DIR:-$PWD/.rkube}" PORT=6443 STORE_PORT=2379
+NODES=3 ETCD=0 EXAMPLE=1 SECURE=1 DIR="${RKUBE_DIR:-$PWD/.rkube}" PORT=6443 STORE_PORT=2379
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES="$2"; shift 2 ;;
     --etcd) ETCD=1; shift ;;
     --no-example) EXAMPLE=0; shift ;;
+    --insecure) SECURE=0; shift ;;
     --dir) DIR="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
     --store-port) STORE_PORT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -79,27 +85,45 @@ else
 fi
 wait_for "storage" 30 curl -sf -XPOST "$STORE_URL/v3/maintenance/status" -d '{}'
 
-SERVER="http://127.0.0.1:$PORT"
-say "starting rkube-apiserver on $SERVER"
 export KUBECONFIG="$DIR/kubeconfig"
 rm -f "$KUBECONFIG"
-"$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" --write-kubeconfig "$KUBECONFIG" \
+NODE_NAMES=$(seq -f 'rkube-node-%g' -s, 1 "$NODES")
+if [ "$SECURE" = 1 ]; then
+  SERVER="https://127.0.0.1:$PORT"
+  PKI="$DIR/pki"
+  say "writing certificates and kubeconfigs to $PKI (rkube-pki)"
+  "$BIN/rkube-pki" --dir "$PKI" --server "$SERVER" --node "$NODE_NAMES"
+  cp "$PKI/admin.kubeconfig" "$KUBECONFIG"
+  API_FLAGS=(--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
+    --client-ca-file "$PKI/ca.crt" --authorization-mode Node,RBAC --enable-priority-and-fairness=true)
+  CURL=(curl -sf --cacert "$PKI/ca.crt")
+  kubeconfig_of() { echo "$PKI/$1.kubeconfig"; }
+else
+  SERVER="http://127.0.0.1:$PORT"
+  API_FLAGS=(--write-kubeconfig "$KUBECONFIG")
+  CURL=(curl -sf)
+  kubeconfig_of() { echo "$KUBECONFIG"; }
+fi
+say "starting rkube-apiserver on $SERVER"
+"$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" "${API_FLAGS[@]}" \
   >"$DIR/logs/apiserver.log" 2>&1 &
 PIDS+=($!)
-wait_for "apiserver" 60 curl -sf "$SERVER/readyz"
-[ -s "$KUBECONFIG" ] || { echo "rkube-apiserver wrote no kubeconfig" >&2; exit 1; }
+wait_for "apiserver" 60 "${CURL[@]}" "$SERVER/readyz"
+[ -s "$KUBECONFIG" ] || { echo "no kubeconfig at $KUBECONFIG" >&2; exit 1; }
 
 say "starting rkube-controller-manager and rkube-scheduler"
-"$BIN/rkube-controller-manager" --kubeconfig "$KUBECONFIG" --secure-port 10257 >"$DIR/logs/controller-manager.log" 2>&1 &
+"$BIN/rkube-controller-manager" --kubeconfig "$(kubeconfig_of controller-manager)" --secure-port 10257 \
+  >"$DIR/logs/controller-manager.log" 2>&1 &
 PIDS+=($!)
-"$BIN/rkube-scheduler" --kubeconfig "$KUBECONFIG" --secure-port 10259 >"$DIR/logs/scheduler.log" 2>&1 &
+"$BIN/rkube-scheduler" --kubeconfig "$(kubeconfig_of scheduler)" --secure-port 10259 \
+  >"$DIR/logs/scheduler.log" 2>&1 &
 PIDS+=($!)
 wait_for "controller-manager" 30 curl -sf http://127.0.0.1:10257/readyz
 wait_for "scheduler" 30 curl -sf http://127.0.0.1:10259/readyz
 
 say "starting $NODES simulated node(s)"
 for i in $(seq 1 "$NODES"); do
-  "$BIN/rkube-kubelet-agent" --kubeconfig "$KUBECONFIG" --node-name "rkube-node-$i" \
+  "$BIN/rkube-kubelet-agent" --kubeconfig "$(kubeconfig_of "node-rkube-node-$i")" --node-name "rkube-node-$i" \
     --node-index $((i - 1)) --port $((10249 + i)) >"$DIR/logs/node-$i.log" 2>&1 &
   PIDS+=($!)
 done

@@ -14,6 +14,7 @@ pub mod flowcontrol;
 pub mod http;
 pub mod inflight;
 pub mod metrics;
+pub mod pki;
 pub mod registry;
 pub mod storage;
 pub mod tls;

@@ -86,8 +86,8 @@ struct Flags {
     #[arg(long, default_value_t = 300)]
     default_unreachable_toleration_seconds: i64,
     /// API Priority and Fairness (upstream's default FlowSchemas and priority levels) over the
-    /// in-flight totals, in place of the plain limits.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    /// in-flight totals, in place of the plain limits (on by default, as upstream).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     enable_priority_and_fairness: bool,
     /// An apiserver.config.k8s.io/v1 EncryptionConfiguration: which resources are encrypted
     /// at rest, and how.

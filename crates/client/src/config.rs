@@ -206,7 +206,7 @@ fn default_kubeconfig_path() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube").join("config"))
 }
 
-pub use rkube_api::kubeconfig::kubeconfig_yaml;
+pub use rkube_api::kubeconfig::{kubeconfig_yaml, kubeconfig_yaml_x509};
 
 /// The flags every component shares to reach the apiserver.
 #[derive(clap::Args, Clone, Debug)]

@@ -46,6 +46,19 @@ pub fn free_port() -> u16 {
 
 pub use rkube_client::wait::wait_for;
 
+/// An HTTP client trusting `pki`'s CA with the admin's client certificate.
+fn admin_http(pki: &std::path::Path) -> reqwest::Client {
+    let read = |f: &str| std::fs::read(pki.join(f)).unwrap();
+    let mut id = read("admin.crt");
+    id.extend(read("admin.key"));
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(&read("ca.crt")).unwrap())
+        .identity(reqwest::Identity::from_pem(&id).unwrap())
+        .build()
+        .unwrap()
+}
+
 /// Extra flags per component.
 #[derive(Clone, Debug, Default)]
 pub struct Opts {
@@ -58,6 +71,10 @@ pub struct Opts {
     pub kubelet: Vec<String>,
     /// Further kubelet-agent processes: (node name, extra flags).
     pub extra_nodes: Vec<(String, Vec<String>)>,
+    /// Plain HTTP, anonymous and AlwaysAllow instead of the secure default (HTTPS, client
+    /// certificates per component from `rkube-pki`, Node+RBAC authorization, priority and
+    /// fairness).
+    pub insecure: bool,
 }
 
 struct Proc {
@@ -72,7 +89,10 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub server: String,
     pub store_url: String,
+    /// The admin's kubeconfig (`system:masters`).
     pub kubeconfig: PathBuf,
+    /// `rkube-pki`'s directory, when secure.
+    pub pki: Option<PathBuf>,
     procs: BTreeMap<String, Proc>,
     http: reqwest::Client,
 }
@@ -89,20 +109,53 @@ impl Drop for Cluster {
 
 impl Cluster {
     pub async fn start(opts: Opts) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
         let store_port = free_port();
         let api_port = free_port();
         let store_url = format!("http://127.0.0.1:{store_port}");
-        let server = format!("http://127.0.0.1:{api_port}");
-        // Written by the apiserver itself (`--write-kubeconfig`) once it listens.
-        let kubeconfig = dir.path().join("kubeconfig");
-        let kc = kubeconfig.to_str().unwrap().to_string();
+        let scheme = if opts.insecure { "http" } else { "https" };
+        let server = format!("{scheme}://127.0.0.1:{api_port}");
+        let dir = tempfile::tempdir().unwrap();
+        // Written by the apiserver itself (`--write-kubeconfig`) once it listens; when secure
+        // it names only the server, and every identity's kubeconfig comes from rkube-pki.
+        let written_kc = dir.path().join("kubeconfig");
+        let mut nodes: Vec<(String, Vec<String>)> = (1..=opts.nodes.max(1))
+            .map(|i| (format!("node-{i}"), opts.kubelet.clone()))
+            .collect();
+        nodes.extend(opts.extra_nodes.iter().cloned());
+        let pki = (!opts.insecure).then(|| {
+            let pki = dir.path().join("pki");
+            let names: Vec<String> = nodes.iter().map(|(n, _)| n.clone()).collect();
+            let out = Command::new(bin("rkube-pki"))
+                .arg("--dir")
+                .arg(&pki)
+                .args(["--server", &server, "--node", &names.join(",")])
+                .output()
+                .expect("run rkube-pki");
+            assert!(
+                out.status.success(),
+                "rkube-pki: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            pki
+        });
+        let kubeconfig_for = |who: &str| -> String {
+            match &pki {
+                Some(p) => p.join(format!("{who}.kubeconfig")).to_str().unwrap().into(),
+                None => written_kc.to_str().unwrap().into(),
+            }
+        };
+        let kubeconfig = PathBuf::from(kubeconfig_for("admin"));
+        let http = match &pki {
+            Some(p) => admin_http(p),
+            None => reqwest::Client::new(),
+        };
         let mut c = Cluster {
             server: server.clone(),
             store_url: store_url.clone(),
             kubeconfig,
+            pki: pki.clone(),
             procs: BTreeMap::new(),
-            http: reqwest::Client::new(),
+            http,
             dir,
         };
         let data = c.dir.path().join("store");
@@ -156,8 +209,23 @@ impl Cluster {
             "--secure-port".into(),
             api_port.to_string(),
             "--write-kubeconfig".into(),
-            kc.clone(),
+            written_kc.to_str().unwrap().into(),
         ];
+        if let Some(p) = &pki {
+            let f = |name: &str| p.join(name).to_str().unwrap().to_string();
+            args.extend([
+                "--tls-cert-file".into(),
+                f("apiserver.crt"),
+                "--tls-private-key-file".into(),
+                f("apiserver.key"),
+                "--client-ca-file".into(),
+                f("ca.crt"),
+                "--authorization-mode".into(),
+                "Node,RBAC".into(),
+                "--enable-priority-and-fairness".into(),
+                "true".into(),
+            ]);
+        }
         args.extend(opts.apiserver.clone());
         c.add(
             "apiserver",
@@ -166,7 +234,7 @@ impl Cluster {
             format!("{server}/readyz"),
         );
         c.start_proc("apiserver").await;
-        let written = std::fs::read_to_string(&c.kubeconfig).unwrap_or_default();
+        let written = std::fs::read_to_string(&written_kc).unwrap_or_default();
         assert!(
             written.contains(&format!("server: {server}")),
             "the apiserver's --write-kubeconfig wrote {written:?}"
@@ -182,7 +250,7 @@ impl Cluster {
             let port = free_port();
             let mut args = vec![
                 "--kubeconfig".into(),
-                kc.clone(),
+                kubeconfig_for(name),
                 "--secure-port".into(),
                 port.to_string(),
             ];
@@ -190,15 +258,11 @@ impl Cluster {
             c.add(name, bin, args, format!("http://127.0.0.1:{port}/readyz"));
             c.start_proc(name).await;
         }
-        let mut nodes: Vec<(String, Vec<String>)> = (1..=opts.nodes.max(1))
-            .map(|i| (format!("node-{i}"), opts.kubelet.clone()))
-            .collect();
-        nodes.extend(opts.extra_nodes.iter().cloned());
         for (index, (name, extra)) in nodes.into_iter().enumerate() {
             let port = free_port();
             let mut args: Vec<String> = vec![
                 "--kubeconfig".into(),
-                kc.clone(),
+                kubeconfig_for(&format!("node-{name}")),
                 "--node-name".into(),
                 name.clone(),
                 "--node-index".into(),
@@ -335,8 +399,16 @@ impl Cluster {
             .sum()
     }
 
+    /// rkube-client as the admin.
     pub fn client(&self) -> rkube_client::Client {
-        rkube_client::Client::for_server(&self.server)
+        let cfg =
+            rkube_client::Config::from_kubeconfig(&self.kubeconfig).expect("admin kubeconfig");
+        rkube_client::Client::new(cfg).expect("admin client")
+    }
+
+    /// A plain HTTP client that trusts the cluster's CA and presents the admin's certificate.
+    pub fn http(&self) -> reqwest::Client {
+        self.http.clone()
     }
 
     /// Runs kubectl against the cluster.
@@ -344,6 +416,19 @@ impl Cluster {
         Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(workspace_root())
+            .output()
+            .expect("kubectl on PATH")
+    }
+
+    /// Runs kubectl as one of rkube-pki's identities (`controller-manager`, `scheduler`,
+    /// `node-<name>`, `admin`); secure clusters only.
+    pub fn kubectl_as(&self, who: &str, args: &[&str]) -> Output {
+        let pki = self.pki.as_ref().expect("a secure cluster");
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(pki.join(format!("{who}.kubeconfig")))
             .args(args)
             .current_dir(workspace_root())
             .output()

@@ -153,19 +153,37 @@ pub fn cluster_roles() -> Vec<Value> {
                 ),
             ],
         ),
+        // One identity runs every controller (upstream splits them into per-controller service
+        // accounts): the workload controllers write core and apps objects, and the garbage
+        // collector and namespace deletion read and delete objects of every resource.
         cluster_role(
             "system:kube-controller-manager",
-            vec![rule(
-                &[
-                    "",
-                    "apps",
-                    "coordination.k8s.io",
-                    "rbac.authorization.k8s.io",
-                    "events.k8s.io",
-                ],
-                &["*"],
-                &["*"],
-            )],
+            vec![
+                rule(
+                    &[
+                        "",
+                        "apps",
+                        "coordination.k8s.io",
+                        "rbac.authorization.k8s.io",
+                        "events.k8s.io",
+                    ],
+                    &["*"],
+                    &["*"],
+                ),
+                rule(
+                    &["*"],
+                    &["*"],
+                    &[
+                        "get",
+                        "list",
+                        "watch",
+                        "patch",
+                        "update",
+                        "delete",
+                        "deletecollection",
+                    ],
+                ),
+            ],
         ),
         cluster_role(
             "system:node",

@@ -78,22 +78,23 @@ impl Drop for Stack {
     }
 }
 
-fn kubectl(server: &str, args: &[&str]) -> Output {
+/// kubectl with the admin kubeconfig the stack's `pki` step wrote.
+fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
     Command::new("kubectl")
-        .arg("--server")
-        .arg(server)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
         .args(args)
         .current_dir(workspace_root())
         .output()
         .expect("kubectl")
 }
 
-async fn wait_cluster(server: &str) {
+async fn wait_cluster(kubeconfig: &str) {
     wait_for(
         "3 nodes Ready in the compose stack",
         Duration::from_secs(180),
         || async {
-            let o = kubectl(server, &["get", "nodes", "--no-headers"]);
+            let o = kubectl(kubeconfig, &["get", "nodes", "--no-headers"]);
             let text = String::from_utf8_lossy(&o.stdout).to_string();
             (text
                 .lines()
@@ -126,20 +127,51 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         String::from_utf8_lossy(&image.stderr)
     );
 
-    // rkube-store profile: the scripted nginx end-to-end.
+    // rkube-store profile: the scripted nginx end-to-end, over HTTPS as the admin.
     let port = free_port();
-    let server = format!("http://127.0.0.1:{port}");
+    let pki = tempfile::tempdir().unwrap();
+    let kc = pki
+        .path()
+        .join("admin.kubeconfig")
+        .to_str()
+        .unwrap()
+        .to_string();
     let stack = Stack {
         cmd: cmd.clone(),
         project: format!("rkube-e2e-{}", std::process::id()),
-        env: vec![("RKUBE_API_PORT".into(), port.to_string())],
+        env: vec![
+            ("RKUBE_API_PORT".into(), port.to_string()),
+            ("RKUBE_PKI_DIR".into(), pki.path().to_str().unwrap().into()),
+        ],
         profile: None,
     };
     stack.ok(&["up", "-d"]);
-    wait_cluster(&server).await;
+    wait_cluster(&kc).await;
+    let admin = std::fs::read_to_string(&kc).unwrap();
+    assert!(
+        admin.contains(&format!("server: https://127.0.0.1:{port}")),
+        "{admin}"
+    );
+    // Without credentials the apiserver answers only the public health paths.
+    let ca = std::fs::read(pki.path().join("ca.crt")).unwrap();
+    let anon = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
+    let url = |path: &str| format!("https://127.0.0.1:{port}{path}");
+    let ready = anon.get(url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let pods = anon.get(url("/api/v1/pods")).send().await.unwrap();
+    assert_eq!(pods.status(), 403);
+    let status: serde_json::Value = pods.json().await.unwrap();
+    assert_eq!(
+        status["message"],
+        "pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
+    );
     let e2e = Command::new("bash")
         .arg(workspace_root().join("scripts/e2e-nginx.sh"))
-        .args(["--server", &server])
+        .env("KUBECONFIG", &kc)
         .output()
         .unwrap();
     assert!(
@@ -152,12 +184,19 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
 
     // etcd profile: three members; one killed, the cluster still serves reads and writes.
     let port = free_port();
-    let server = format!("http://127.0.0.1:{port}");
+    let pki = tempfile::tempdir().unwrap();
+    let kc = pki
+        .path()
+        .join("admin.kubeconfig")
+        .to_str()
+        .unwrap()
+        .to_string();
     let stack = Stack {
         cmd,
         project: format!("rkube-e2e-etcd-{}", std::process::id()),
         env: vec![
             ("RKUBE_API_PORT".into(), port.to_string()),
+            ("RKUBE_PKI_DIR".into(), pki.path().to_str().unwrap().into()),
             (
                 "RKUBE_ETCD_SERVERS".into(),
                 "http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379".into(),
@@ -166,8 +205,8 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         profile: Some("etcd"),
     };
     stack.ok(&["up", "-d"]);
-    wait_cluster(&server).await;
-    let o = kubectl(&server, &["apply", "-f", "e2e/nginx.yml"]);
+    wait_cluster(&kc).await;
+    let o = kubectl(&kc, &["apply", "-f", "e2e/nginx.yml"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     stack.ok(&["kill", "etcd-2"]);
     let cm = tempfile::NamedTempFile::new().unwrap();
@@ -181,11 +220,9 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         "writes and the nginx pod with one etcd member down",
         Duration::from_secs(120),
         || async {
-            let wrote = kubectl(&server, &["apply", "-f", &cm_path])
-                .status
-                .success();
+            let wrote = kubectl(&kc, &["apply", "-f", &cm_path]).status.success();
             let pods = String::from_utf8_lossy(
-                &kubectl(&server, &["get", "po", "-l", "app=nginx", "--no-headers"]).stdout,
+                &kubectl(&kc, &["get", "po", "-l", "app=nginx", "--no-headers"]).stdout,
             )
             .to_string();
             (wrote && pods.contains("1/1") && pods.contains("Running")).then_some(())

@@ -30,6 +30,7 @@ async fn kubectl_creates_nginx_and_the_pod_runs_through_every_component() {
         .metric("store", "rkube_store_txn_total", "shape=\"create\"")
         .await;
     seed_flow(&c).await;
+    secure_by_default(&c).await;
     // Deployment, ReplicaSet, Pod (and events) were created as `Txn If mod_revision==0`.
     let creates = c
         .metric("store", "rkube_store_txn_total", "shape=\"create\"")
@@ -45,13 +46,77 @@ async fn kubectl_creates_nginx_and_the_pod_runs_on_etcd() {
     if !etcd_wanted(true) {
         return;
     }
+    // Also the open configuration (plain HTTP, anonymous, AlwaysAllow), which the
+    // apiserver's flags still default to.
     let c = Cluster::start(Opts {
         nodes: 3,
         etcd: true,
+        insecure: true,
         ..Default::default()
     })
     .await;
+    assert!(c.server.starts_with("http://") && c.pki.is_none());
     seed_flow(&c).await;
+}
+
+/// The flow above ran on the default, secure configuration: HTTPS, each component with its
+/// own certificate, Node+RBAC. Anonymous users see only health; a node sees only its own pods
+/// and no secrets; the components' identities are the upstream ones.
+async fn secure_by_default(c: &Cluster) {
+    assert!(c.server.starts_with("https://"), "{}", c.server);
+    let ca = std::fs::read(c.pki.as_ref().unwrap().join("ca.crt")).unwrap();
+    let anon = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
+    let ready = anon
+        .get(format!("{}/readyz", c.server))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let pods = anon
+        .get(format!("{}/api/v1/pods", c.server))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pods.status(), 403);
+
+    let pod_line = c
+        .running_pods("app=nginx")
+        .pop()
+        .expect("a running nginx pod");
+    let pod = pod_line.split_whitespace().next().unwrap().to_string();
+    let node = c.kubectl_ok(&["get", "po", &pod, "-o", "jsonpath={.spec.nodeName}"]);
+    let other = ["node-1", "node-2", "node-3"]
+        .into_iter()
+        .find(|n| *n != node)
+        .unwrap();
+    let own = c.kubectl_as(&format!("node-{node}"), &["get", "po", &pod, "-o", "name"]);
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    let theirs = c.kubectl_as(&format!("node-{other}"), &["get", "po", &pod]);
+    let err = String::from_utf8_lossy(&theirs.stderr);
+    assert!(
+        err.contains(&format!(
+            "User \"system:node:{other}\" cannot get resource \"pods\""
+        )) && err.contains(&format!(
+            "no relationship found between node '{other}' and this object"
+        )),
+        "{err}"
+    );
+    let secrets = c.kubectl_as(&format!("node-{node}"), &["get", "secrets", "-A"]);
+    assert!(!secrets.status.success());
+    let sched = c.kubectl_as("scheduler", &["create", "namespace", "nope"]);
+    let err = String::from_utf8_lossy(&sched.stderr);
+    assert!(
+        err.contains("User \"system:kube-scheduler\" cannot create resource \"namespaces\""),
+        "{err}"
+    );
 }
 
 /// kubectl creates the seed's nginx Deployment; one pod shows `1/1 Running` on a node.

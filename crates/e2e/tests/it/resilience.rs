@@ -92,7 +92,7 @@ async fn a_store_killed_under_load_loses_no_acknowledged_write_and_the_cluster_r
     })
     .await;
     // Writes through the apiserver; every 201 is an acknowledged write.
-    let http = reqwest::Client::new();
+    let http = c.http();
     let url = format!("{}/api/v1/namespaces/default/configmaps", c.server);
     let mut acked = Vec::new();
     for i in 0..120 {
