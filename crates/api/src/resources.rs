@@ -300,6 +300,32 @@ pub const RESOURCES: &[ResourceDef] = &[
         "clusterrolebindings",
         true
     ),
+    res!(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "FlowSchema",
+        "flowschemas",
+        "flowschema",
+        false,
+        &[],
+        &["status"],
+        &[],
+        "flowschemas",
+        true
+    ),
+    res!(
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        false,
+        &[],
+        &["status"],
+        &[],
+        "prioritylevelconfigurations",
+        true
+    ),
 ];
 
 /// The resource served at `group`/`version` under `plural`.

@@ -249,15 +249,45 @@ pub async fn run(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
-        apf: config.priority_and_fairness.then(|| {
-            flowcontrol::Apf::new(
+        apf: match config.priority_and_fairness {
+            true => Some(flowcontrol::Apf::from_caches(
                 (config.max_requests_inflight + config.max_mutating_requests_inflight).max(1),
-            )
-        }),
+                [
+                    cache_of(&registries, FLOWCONTROL, "flowschemas")?,
+                    cache_of(&registries, FLOWCONTROL, "prioritylevelconfigurations")?,
+                ],
+            )),
+            false => None,
+        },
         audit: audit::Auditor::new(&config.audit)?,
     });
     if config.auth.modes.contains(&auth::Mode::Rbac) {
-        bootstrap_rbac(&registries).await?;
+        bootstrap(
+            &registries,
+            "rbac.authorization.k8s.io",
+            [
+                ("clusterroles", auth::bootstrap::cluster_roles()),
+                (
+                    "clusterrolebindings",
+                    auth::bootstrap::cluster_role_bindings(),
+                ),
+            ],
+        )
+        .await?;
+    }
+    if config.priority_and_fairness {
+        bootstrap(
+            &registries,
+            FLOWCONTROL,
+            [
+                (
+                    "prioritylevelconfigurations",
+                    flowcontrol::defaults::level_objects(),
+                ),
+                ("flowschemas", flowcontrol::defaults::schema_objects()),
+            ],
+        )
+        .await?;
     }
 
     tokio::spawn(bookmarks(caches.clone(), shutdown.clone()));
@@ -389,25 +419,34 @@ async fn bootstrap_namespaces(
     Ok(())
 }
 
-/// Upstream's bootstrap roles and bindings (see `auth::bootstrap`); existing ones are kept.
-async fn bootstrap_rbac(
+const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
+
+fn cache_of(
     registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+    group: &'static str,
+    plural: &'static str,
+) -> anyhow::Result<Arc<Cacher>> {
+    registries
+        .get(&(group, plural))
+        .and_then(|r| r.cache.clone())
+        .with_context(|| format!("the {plural} watch cache"))
+}
+
+/// Creates upstream's bootstrap objects of a group (RBAC's roles and bindings, flow control's
+/// schemas and levels); existing ones are kept.
+async fn bootstrap<const N: usize>(
+    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+    group: &'static str,
+    sets: [(&'static str, Vec<serde_json::Value>); N],
 ) -> anyhow::Result<()> {
-    let group = "rbac.authorization.k8s.io";
-    for (plural, objects) in [
-        ("clusterroles", auth::bootstrap::cluster_roles()),
-        (
-            "clusterrolebindings",
-            auth::bootstrap::cluster_role_bindings(),
-        ),
-    ] {
+    for (plural, objects) in sets {
         let reg = registries
             .get(&(group, plural))
             .with_context(|| format!("{plural} registry"))?;
         for obj in objects {
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
             match reg.create("", obj, false, Some("rkube-apiserver")).await {
-                Ok(_) => tracing::debug!(%plural, %name, "created bootstrap RBAC"),
+                Ok(_) => tracing::debug!(%plural, %name, "created bootstrap object"),
                 Err(e) if e.code() == 409 => {}
                 Err(e) => anyhow::bail!("creating {plural} {name}: {}", e.status().message),
             }

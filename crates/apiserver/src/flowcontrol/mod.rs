@@ -5,8 +5,9 @@
 //! shuffle-sharded onto a hand of the level's queues and joins the shortest; freed seats go to
 //! the queues in turn, so one flow flooding its queue cannot starve another flow, and one level
 //! cannot take another's seats. A full queue, or a wait past the limit, is a 429 with
-//! `Retry-After`. Long-running requests (watches) are not counted. The configuration is
-//! upstream's default FlowSchemas and PriorityLevelConfigurations.
+//! `Retry-After`. Long-running requests (watches) are not counted. The configuration is the
+//! stored FlowSchemas and PriorityLevelConfigurations (upstream's defaults, created at startup
+//! and editable), re-read when either watch cache moves.
 
 pub mod defaults;
 
@@ -20,6 +21,9 @@ use rkube_api::ApiError;
 use tokio::sync::oneshot;
 
 pub use defaults::{FlowSchema, Level, Subject};
+
+use crate::cache::object::Filter;
+use crate::cache::Cacher;
 
 /// How long a queued request may wait for a seat.
 pub const MAX_WAIT: Duration = Duration::from_secs(15);
@@ -45,9 +49,18 @@ struct LevelRuntime {
     state: Mutex<LevelState>,
 }
 
-pub struct Apf {
+/// One configuration: the schemas by precedence and each level's runtime.
+pub struct Config {
+    versions: [u64; 2],
     schemas: Vec<FlowSchema>,
     levels: Vec<Arc<LevelRuntime>>,
+}
+
+pub struct Apf {
+    server_seats: usize,
+    /// The flowschemas and prioritylevelconfigurations caches (None: the built-in defaults).
+    sources: Option<[Arc<Cacher>; 2]>,
+    config: Mutex<Arc<Config>>,
     ids: std::sync::atomic::AtomicU64,
 }
 
@@ -120,41 +133,99 @@ pub fn deal(mut hash: u64, queues: usize, hand: usize) -> Vec<usize> {
     picked
 }
 
+/// Builds a configuration's runtimes, keeping `old`'s runtime (and its queues) for every level
+/// whose spec and seats are unchanged.
+fn build(
+    server_seats: usize,
+    versions: [u64; 2],
+    (schemas, levels): (Vec<FlowSchema>, Vec<Level>),
+    old: Option<&Config>,
+) -> Config {
+    let total: u32 = levels.iter().filter(|l| !l.exempt).map(|l| l.shares).sum();
+    let levels = levels
+        .into_iter()
+        .map(|spec| {
+            let seats = if spec.exempt {
+                usize::MAX
+            } else {
+                ((server_seats as u64 * spec.shares as u64).div_ceil(total.max(1) as u64)).max(1)
+                    as usize
+            };
+            if let Some(same) = old
+                .into_iter()
+                .flat_map(|o| o.levels.iter())
+                .find(|l| l.spec == spec && l.seats == seats)
+            {
+                return same.clone();
+            }
+            let queues = (0..spec.queues.max(1)).map(|_| VecDeque::new()).collect();
+            Arc::new(LevelRuntime {
+                spec,
+                seats,
+                state: Mutex::new(LevelState {
+                    queues,
+                    ..Default::default()
+                }),
+            })
+        })
+        .collect();
+    Config {
+        versions,
+        schemas,
+        levels,
+    }
+}
+
 impl Apf {
     /// Upstream's default configuration over `server_seats` seats.
     pub fn new(server_seats: usize) -> Self {
-        let (schemas, levels) = defaults::configuration();
-        let total: u32 = levels.iter().filter(|l| !l.exempt).map(|l| l.shares).sum();
-        let levels = levels
-            .into_iter()
-            .map(|spec| {
-                let seats = if spec.exempt {
-                    usize::MAX
-                } else {
-                    ((server_seats as u64 * spec.shares as u64).div_ceil(total.max(1) as u64))
-                        .max(1) as usize
-                };
-                let queues = (0..spec.queues.max(1)).map(|_| VecDeque::new()).collect();
-                Arc::new(LevelRuntime {
-                    spec,
-                    seats,
-                    state: Mutex::new(LevelState {
-                        queues,
-                        ..Default::default()
-                    }),
-                })
-            })
-            .collect();
+        let config = build(server_seats, [0, 0], defaults::configuration(), None);
         Apf {
-            schemas,
-            levels,
+            server_seats,
+            sources: None,
+            config: Mutex::new(Arc::new(config)),
             ids: Default::default(),
         }
     }
 
+    /// The configuration stored in these caches (flowschemas, prioritylevelconfigurations);
+    /// the defaults until they hold any.
+    pub fn from_caches(server_seats: usize, sources: [Arc<Cacher>; 2]) -> Self {
+        Apf {
+            sources: Some(sources),
+            ..Self::new(server_seats)
+        }
+    }
+
+    /// The current configuration, rebuilt when a source cache has moved.
+    fn current(&self) -> Arc<Config> {
+        let mut cfg = self.config.lock().unwrap();
+        let Some(sources) = &self.sources else {
+            return cfg.clone();
+        };
+        let versions = sources.each_ref().map(|c| c.resource_version());
+        if versions != cfg.versions {
+            let all = |c: &Cacher| -> Vec<serde_json::Value> {
+                c.list(&Filter::default(), None, 0)
+                    .map(|l| l.items.iter().map(|o| o.value()).collect())
+                    .unwrap_or_default()
+            };
+            let (schemas, levels) = (all(&sources[0]), all(&sources[1]));
+            let parsed = if schemas.is_empty() && levels.is_empty() {
+                defaults::configuration()
+            } else {
+                defaults::from_objects(&schemas, &levels)
+            };
+            *cfg = Arc::new(build(self.server_seats, versions, parsed, Some(&cfg)));
+            tracing::debug!(?versions, "flow control configuration rebuilt");
+        }
+        cfg.clone()
+    }
+
     /// The seats of each level (name → seats), for metrics and tests.
     pub fn seats(&self) -> Vec<(String, usize)> {
-        self.levels
+        self.current()
+            .levels
             .iter()
             .map(|l| (l.spec.name.clone(), l.seats))
             .collect()
@@ -162,24 +233,29 @@ impl Apf {
 
     /// Requests waiting in a level's queues.
     pub fn queued(&self, level: &str) -> usize {
-        self.levels
+        self.current()
+            .levels
             .iter()
             .find(|l| l.spec.name == level)
             .map_or(0, |l| l.state.lock().unwrap().waiting)
     }
 
-    fn classify(&self, user: &UserInfo, a: &Attributes) -> (&FlowSchema, &Arc<LevelRuntime>) {
-        let schema = self
+    /// The matching schema (its index in the configuration) and its level.
+    fn classify(&self, user: &UserInfo, a: &Attributes) -> (Arc<Config>, usize, Arc<LevelRuntime>) {
+        let cfg = self.current();
+        let schema = cfg
             .schemas
             .iter()
-            .find(|s| s.matches(user, a))
-            .unwrap_or_else(|| self.schemas.last().expect("catch-all"));
-        let level = self
+            .position(|s| s.matches(user, a))
+            .unwrap_or(cfg.schemas.len() - 1);
+        let name = &cfg.schemas[schema].level;
+        let level = cfg
             .levels
             .iter()
-            .find(|l| l.spec.name == schema.level)
-            .unwrap_or_else(|| self.levels.last().expect("levels"));
-        (schema, level)
+            .find(|l| l.spec.name == *name)
+            .unwrap_or_else(|| cfg.levels.last().expect("levels"))
+            .clone();
+        (cfg, schema, level)
     }
 
     /// Waits for a seat for the request (none needed for exempt levels), or 429.
@@ -188,7 +264,8 @@ impl Apf {
         user: &UserInfo,
         a: &Attributes,
     ) -> Result<(Seat, Classification), ApiError> {
-        let (schema, level) = self.classify(user, a);
+        let (cfg, schema, level) = self.classify(user, a);
+        let schema = &cfg.schemas[schema];
         let class = Classification {
             schema_uid: schema.uid.clone(),
             level_uid: level.spec.uid.clone(),
@@ -222,7 +299,7 @@ impl Apf {
                 .min_by_key(|&&q| st.queues[q].len())
                 .expect("a hand has cards");
             if st.queues[q].len() >= level.spec.queue_length_limit {
-                return Err(too_many(level));
+                return Err(too_many(&level));
             }
             let (tx, rx) = oneshot::channel();
             let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -248,7 +325,7 @@ impl Apf {
                     st.executing -= 1;
                     dispatch(&mut st, level.seats);
                 }
-                Err(too_many(level))
+                Err(too_many(&level))
             }
         }
     }

@@ -33,7 +33,7 @@ fn hands_are_distinct_in_range_and_stable() {
 #[test]
 fn requests_land_on_upstreams_levels() {
     let apf = Apf::new(600);
-    let level = |u: &UserInfo, a: &Attributes| apf.classify(u, a).1.spec.name.clone();
+    let level = |u: &UserInfo, a: &Attributes| apf.classify(u, a).2.spec.name.clone();
     let admin = user("admin", &["system:masters"]);
     assert_eq!(level(&admin, &attrs("list", "", "pods", "")), "exempt");
     let node = user("system:node:n1", &["system:nodes"]);
@@ -158,4 +158,58 @@ async fn a_full_queue_is_429_with_retry_after() {
         400 - 6 * 50,
         "everything past the hand's 6 queues × 50 is refused"
     );
+}
+
+#[test]
+fn the_default_objects_parse_back_into_upstreams_configuration() {
+    let (schemas, levels) = defaults::configuration();
+    assert_eq!(schemas.len(), 10);
+    assert_eq!(schemas[0].name, "exempt");
+    assert_eq!(schemas.last().unwrap().name, "catch-all");
+    let low = levels.iter().find(|l| l.name == "workload-low").unwrap();
+    assert_eq!(
+        (
+            low.shares,
+            low.queues,
+            low.hand_size,
+            low.queue_length_limit
+        ),
+        (100, 128, 6, 50)
+    );
+    let catch_all = levels.last().unwrap();
+    assert_eq!(
+        (catch_all.name.as_str(), catch_all.queue_length_limit),
+        ("catch-all", 0)
+    );
+    assert!(levels.iter().find(|l| l.name == "exempt").unwrap().exempt);
+    // A configuration without the mandatory objects gets them back.
+    let (s, l) = defaults::from_objects(&[], &[]);
+    let names: Vec<_> = s.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["exempt", "catch-all"]);
+    assert_eq!(l.len(), 2);
+}
+
+#[test]
+fn rules_match_by_scope_and_service_account() {
+    let obj = serde_json::json!({"metadata": {"name": "s", "uid": "u1"}, "spec": {
+        "matchingPrecedence": 10, "priorityLevelConfiguration": {"name": "workload-low"},
+        "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {"namespace": "ci", "name": "*"}}],
+            "resourceRules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"], "namespaces": ["ci"]}]}]}});
+    let s = defaults::parse_schema(&obj).unwrap();
+    assert_eq!(s.uid, "u1");
+    let sa = user(
+        "system:serviceaccount:ci:builder",
+        &["system:serviceaccounts"],
+    );
+    assert!(s.matches(&sa, &attrs("list", "", "pods", "ci")));
+    assert!(
+        !s.matches(&sa, &attrs("list", "", "pods", "")),
+        "not at the cluster scope"
+    );
+    assert!(!s.matches(&sa, &attrs("list", "", "pods", "prod")));
+    assert!(!s.matches(
+        &user("system:serviceaccount:prod:x", &[]),
+        &attrs("list", "", "pods", "ci")
+    ));
+    assert!(!s.matches(&sa, &attrs("get", "", "pods", "ci")));
 }

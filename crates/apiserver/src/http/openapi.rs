@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use k8s_openapi::api::flowcontrol::v1 as flowcontrol;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coordination, core::v1 as core};
 use rkube_api::{resources, ResourceDef, RESOURCES};
@@ -92,6 +93,8 @@ fn register(gen: &mut SchemaGenerator, kind: &str) -> bool {
         "Deployment" => apps::Deployment, "ReplicaSet" => apps::ReplicaSet,
         "Lease" => coordination::Lease, "Role" => rbac::Role, "RoleBinding" => rbac::RoleBinding,
         "ClusterRole" => rbac::ClusterRole, "ClusterRoleBinding" => rbac::ClusterRoleBinding,
+        "FlowSchema" => flowcontrol::FlowSchema,
+        "PriorityLevelConfiguration" => flowcontrol::PriorityLevelConfiguration,
     }
 }
 

@@ -70,6 +70,22 @@ fn columns(kind: &str) -> Vec<Col> {
             Col("Message", "string", 0, ""),
         ],
         "Lease" => vec![name, Col("Holder", "string", 0, ""), age],
+        "FlowSchema" => vec![
+            name,
+            Col("PriorityLevel", "string", 0, ""),
+            Col("MatchingPrecedence", "string", 0, ""),
+            Col("DistinguisherMethod", "string", 0, ""),
+            age,
+        ],
+        "PriorityLevelConfiguration" => vec![
+            name,
+            Col("Type", "string", 0, ""),
+            Col("NominalConcurrencyShares", "string", 0, ""),
+            Col("Queues", "string", 0, ""),
+            Col("HandSize", "string", 0, ""),
+            Col("QueueLengthLimit", "string", 0, ""),
+            age,
+        ],
         "Service" => vec![
             name,
             Col("Type", "string", 0, ""),
@@ -399,6 +415,38 @@ fn cells(kind: &str, obj: &Value, now: i64) -> Vec<Value> {
             json!(s(obj, "/spec/holderIdentity")),
             json!(age(obj, now, "creationTimestamp")),
         ],
+        "FlowSchema" => {
+            let n = |p: &str| {
+                obj.pointer(p)
+                    .map_or("<none>".to_string(), |v| v.to_string())
+            };
+            vec![
+                name,
+                json!(s(obj, "/spec/priorityLevelConfiguration/name")),
+                json!(n("/spec/matchingPrecedence")),
+                json!(obj
+                    .pointer("/spec/distinguisherMethod/type")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("<none>")),
+                json!(age(obj, now, "creationTimestamp")),
+            ]
+        }
+        "PriorityLevelConfiguration" => {
+            let n = |p: &str| {
+                obj.pointer(p)
+                    .map_or("<none>".to_string(), |v| v.to_string())
+            };
+            let q = "/spec/limited/limitResponse/queuing";
+            vec![
+                name,
+                json!(s(obj, "/spec/type")),
+                json!(n("/spec/limited/nominalConcurrencyShares")),
+                json!(n(&format!("{q}/queues"))),
+                json!(n(&format!("{q}/handSize"))),
+                json!(n(&format!("{q}/queueLengthLimit"))),
+                json!(age(obj, now, "creationTimestamp")),
+            ]
+        }
         "Service" => {
             let ports = obj
                 .pointer("/spec/ports")

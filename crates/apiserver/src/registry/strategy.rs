@@ -6,6 +6,7 @@
 use rkube_api::k8s::api::apps::v1 as apps;
 use rkube_api::k8s::api::coordination::v1 as coord;
 use rkube_api::k8s::api::core::v1 as core;
+use rkube_api::k8s::api::flowcontrol::v1 as flowcontrol;
 use rkube_api::k8s::api::rbac::v1 as rbac;
 use rkube_api::validation as v;
 use rkube_api::{meta, ResourceDef, StatusCause};
@@ -38,6 +39,8 @@ pub fn canonicalize(kind: &str, obj: Value) -> Result<Value, String> {
         "RoleBinding" => round_trip::<rbac::RoleBinding>(obj),
         "ClusterRole" => round_trip::<rbac::ClusterRole>(obj),
         "ClusterRoleBinding" => round_trip::<rbac::ClusterRoleBinding>(obj),
+        "FlowSchema" => round_trip::<flowcontrol::FlowSchema>(obj),
+        "PriorityLevelConfiguration" => round_trip::<flowcontrol::PriorityLevelConfiguration>(obj),
         _ => Ok(obj),
     }
 }

@@ -732,4 +732,75 @@ async fn priority_and_fairness_classifies_and_labels_requests() {
     assert_eq!(level_alice, level_anon);
     assert_eq!(schema_alice, schema_anon);
     assert_ne!(schema_admin, schema_alice);
+
+    // The configuration is served as flowcontrol.apiserver.k8s.io/v1 objects (upstream's
+    // defaults, created at startup) and read back from them: a new FlowSchema moves alice.
+    let admin = As {
+        http: &c.http,
+        base: &base,
+        token: Some("admin-token"),
+    };
+    let fc = "/apis/flowcontrol.apiserver.k8s.io/v1";
+    let list = admin
+        .eventually("GET", &format!("{fc}/flowschemas"), None, 200)
+        .await;
+    let mut names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "catch-all",
+            "exempt",
+            "global-default",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "probes",
+            "service-accounts",
+            "system-leader-election",
+            "system-node-high",
+            "system-nodes"
+        ]
+    );
+    let low = admin
+        .eventually(
+            "GET",
+            &format!("{fc}/prioritylevelconfigurations/workload-low"),
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(low["spec"]["limited"]["nominalConcurrencyShares"], 100);
+    let low_uid = low["metadata"]["uid"].as_str().unwrap().to_string();
+    let schema = json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": "alice-low"},
+        "spec": {"matchingPrecedence": 50, "priorityLevelConfiguration": {"name": "workload-low"},
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{"subjects": [{"kind": "User", "user": {"name": "alice"}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                    "clusterScope": true, "namespaces": ["*"]}]}]}});
+    let created = admin
+        .eventually("POST", &format!("{fc}/flowschemas"), Some(&schema), 201)
+        .await;
+    let schema_uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, s, l) = headers(Some("alice-token"), "/api/v1/pods").await;
+        if s.as_deref() == Some(&schema_uid) {
+            assert_eq!(l.as_deref(), Some(low_uid.as_str()));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice still on {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
+    }
+    // Anonymous requests are not covered by it.
+    let (_, schema_anon2, _) = headers(None, "/api/v1/pods").await;
+    assert_ne!(schema_anon2.as_deref(), Some(schema_uid.as_str()));
 }

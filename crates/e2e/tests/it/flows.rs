@@ -111,6 +111,25 @@ async fn secure_by_default(c: &Cluster) {
     );
     let secrets = c.kubectl_as(&format!("node-{node}"), &["get", "secrets", "-A"]);
     assert!(!secrets.status.success());
+    // Priority and fairness runs on upstream's FlowSchemas and levels, served as objects.
+    let fs = c.kubectl_ok(&["get", "flowschemas"]);
+    let row = |text: &str, name: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        row(&fs, "global-default")[..4],
+        ["global-default", "global-default", "9900", "ByUser"]
+    );
+    let pl = c.kubectl_ok(&["get", "prioritylevelconfigurations"]);
+    assert_eq!(
+        row(&pl, "workload-low")[..6],
+        ["workload-low", "Limited", "100", "128", "6", "50"]
+    );
     let sched = c.kubectl_as("scheduler", &["create", "namespace", "nope"]);
     let err = String::from_utf8_lossy(&sched.stderr);
     assert!(
