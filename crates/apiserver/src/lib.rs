@@ -250,13 +250,16 @@ pub async fn run(
             config.max_mutating_requests_inflight,
         ),
         apf: match config.priority_and_fairness {
-            true => Some(flowcontrol::Apf::from_caches(
-                (config.max_requests_inflight + config.max_mutating_requests_inflight).max(1),
-                [
-                    cache_of(&registries, FLOWCONTROL, "flowschemas")?,
-                    cache_of(&registries, FLOWCONTROL, "prioritylevelconfigurations")?,
-                ],
-            )),
+            true => Some(
+                flowcontrol::Apf::from_caches(
+                    (config.max_requests_inflight + config.max_mutating_requests_inflight).max(1),
+                    [
+                        cache_of(&registries, FLOWCONTROL, "flowschemas")?,
+                        cache_of(&registries, FLOWCONTROL, "prioritylevelconfigurations")?,
+                    ],
+                )
+                .with_width(list_width(&registries)),
+            ),
             false => None,
         },
         audit: audit::Auditor::new(&config.audit)?,
@@ -420,6 +423,26 @@ async fn bootstrap_namespaces(
 }
 
 const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
+
+/// APF's width of a request: LISTs by the number of objects their watch cache holds.
+fn list_width(
+    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+) -> flowcontrol::Width {
+    let caches: Vec<(&'static str, &'static str, Arc<Cacher>)> = registries
+        .iter()
+        .filter_map(|((g, p), r)| r.cache.clone().map(|c| (*g, *p, c)))
+        .collect();
+    Box::new(move |a| {
+        if a.verb != "list" {
+            return 1;
+        }
+        let objects = caches
+            .iter()
+            .find(|(g, p, _)| *g == a.api_group && *p == a.resource)
+            .map_or(0, |(_, _, c)| c.len());
+        flowcontrol::list_width(&a.verb, objects)
+    })
+}
 
 fn cache_of(
     registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,

@@ -31,10 +31,13 @@ pub const MAX_WAIT: Duration = Duration::from_secs(15);
 struct Waiter {
     wake: oneshot::Sender<()>,
     id: u64,
+    /// Seats the request occupies (its estimated width).
+    width: usize,
 }
 
 #[derive(Default)]
 struct LevelState {
+    /// Seats in use.
     executing: usize,
     queues: Vec<VecDeque<Waiter>>,
     /// The queue whose turn is next.
@@ -56,8 +59,12 @@ pub struct Config {
     levels: Vec<Arc<LevelRuntime>>,
 }
 
+/// Seats a request needs: upstream's work estimate (LISTs by the objects they may return).
+pub type Width = Box<dyn Fn(&Attributes) -> usize + Send + Sync>;
+
 pub struct Apf {
     server_seats: usize,
+    width: Option<Width>,
     /// The flowschemas and prioritylevelconfigurations caches (None: the built-in defaults).
     sources: Option<[Arc<Cacher>; 2]>,
     config: Mutex<Arc<Config>>,
@@ -71,22 +78,24 @@ pub struct Classification {
     pub level_uid: String,
 }
 
-/// A seat: released (and the next waiter woken) on drop.
+/// Seats: released (and the next waiters woken) on drop.
 pub struct Seat {
     level: Option<Arc<LevelRuntime>>,
+    width: usize,
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
         if let Some(l) = self.level.take() {
             let mut st = l.state.lock().unwrap();
-            st.executing -= 1;
+            st.executing -= self.width;
             dispatch(&mut st, l.seats);
         }
     }
 }
 
-/// Hands free seats to waiters, visiting the queues in turn.
+/// Hands free seats to waiters, visiting the queues in turn; the queue whose turn it is waits
+/// (and keeps its turn) until its head request's width fits.
 fn dispatch(st: &mut LevelState, seats: usize) {
     while st.executing < seats && st.waiting > 0 {
         let n = st.queues.len();
@@ -96,12 +105,26 @@ fn dispatch(st: &mut LevelState, seats: usize) {
         else {
             return;
         };
+        let width = st.queues[q].front().expect("non-empty queue").width;
+        if st.executing + width > seats {
+            return;
+        }
         st.next = (q + 1) % n;
         let w = st.queues[q].pop_front().expect("non-empty queue");
         st.waiting -= 1;
         if w.wake.send(()).is_ok() {
-            st.executing += 1;
+            st.executing += width;
         }
+    }
+}
+
+/// Upstream's list work estimate: a LIST may return every stored object of its resource, and
+/// takes one seat per 100 of them (at most 10); everything else takes one.
+pub fn list_width(verb: &str, objects: usize) -> usize {
+    if verb == "list" {
+        objects.div_ceil(100).clamp(1, 10)
+    } else {
+        1
     }
 }
 
@@ -182,6 +205,7 @@ impl Apf {
         let config = build(server_seats, [0, 0], defaults::configuration(), None);
         Apf {
             server_seats,
+            width: None,
             sources: None,
             config: Mutex::new(Arc::new(config)),
             ids: Default::default(),
@@ -194,6 +218,14 @@ impl Apf {
         Apf {
             sources: Some(sources),
             ..Self::new(server_seats)
+        }
+    }
+
+    /// Estimates each request's width (default: one seat).
+    pub fn with_width(self, width: Width) -> Self {
+        Apf {
+            width: Some(width),
+            ..self
         }
     }
 
@@ -271,8 +303,20 @@ impl Apf {
             level_uid: level.spec.uid.clone(),
         };
         if level.spec.exempt {
-            return Ok((Seat { level: None }, class));
+            return Ok((
+                Seat {
+                    level: None,
+                    width: 0,
+                },
+                class,
+            ));
         }
+        // A request wider than its level runs alone.
+        let width = self
+            .width
+            .as_ref()
+            .map_or(1, |w| w(a))
+            .clamp(1, level.seats);
         let distinguisher = match schema.distinguisher {
             Some(defaults::By::User) => user.name.as_str(),
             Some(defaults::By::Namespace) => a.namespace.as_str(),
@@ -280,11 +324,12 @@ impl Apf {
         };
         let rx = {
             let mut st = level.state.lock().unwrap();
-            if st.executing < level.seats && st.waiting == 0 {
-                st.executing += 1;
+            if st.executing + width <= level.seats && st.waiting == 0 {
+                st.executing += width;
                 return Ok((
                     Seat {
                         level: Some(level.clone()),
+                        width,
                     },
                     class,
                 ));
@@ -303,7 +348,11 @@ impl Apf {
             }
             let (tx, rx) = oneshot::channel();
             let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            st.queues[q].push_back(Waiter { wake: tx, id });
+            st.queues[q].push_back(Waiter {
+                wake: tx,
+                id,
+                width,
+            });
             st.waiting += 1;
             (rx, q, id)
         };
@@ -312,6 +361,7 @@ impl Apf {
             Ok(Ok(())) => Ok((
                 Seat {
                     level: Some(level.clone()),
+                    width,
                 },
                 class,
             )),
@@ -322,7 +372,7 @@ impl Apf {
                     st.queues[q].remove(pos);
                     st.waiting -= 1;
                 } else {
-                    st.executing -= 1;
+                    st.executing -= width;
                     dispatch(&mut st, level.seats);
                 }
                 Err(too_many(&level))

@@ -213,3 +213,62 @@ fn rules_match_by_scope_and_service_account() {
     ));
     assert!(!s.matches(&sa, &attrs("get", "", "pods", "ci")));
 }
+
+#[test]
+fn lists_are_as_wide_as_the_objects_they_may_return() {
+    assert_eq!(list_width("get", 5_000), 1);
+    assert_eq!(list_width("list", 0), 1);
+    assert_eq!(list_width("list", 100), 1);
+    assert_eq!(list_width("list", 101), 2);
+    assert_eq!(list_width("list", 300), 3);
+    assert_eq!(list_width("list", 50_000), 10);
+}
+
+/// Waits until global-default holds `n` queued requests.
+async fn queued(apf: &Apf, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while apf.queued("global-default") != n {
+        assert!(tokio::time::Instant::now() < deadline, "never {n} queued");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_wide_list_waits_until_its_seats_are_free() {
+    // 30 server seats: global-default gets 3; a LIST is 3 wide, anything else 1.
+    let apf =
+        Arc::new(Apf::new(30).with_width(Box::new(|a: &Attributes| list_width(&a.verb, 300))));
+    assert_eq!(
+        apf.seats()
+            .iter()
+            .find(|(n, _)| n == "global-default")
+            .unwrap()
+            .1,
+        3
+    );
+    let (alice, bob) = (user("alice", &[]), user("bob", &[]));
+    let list = attrs("list", "", "pods", "default");
+    let get = attrs("get", "", "pods", "default");
+    let (wide, _) = apf.admit(&alice, &list).await.unwrap();
+    // Every seat is taken: bob's GET queues.
+    let (apf2, bob2, get2) = (apf.clone(), bob.clone(), get.clone());
+    let bob_get = tokio::spawn(async move { apf2.admit(&bob2, &get2).await.map(|s| s.0) });
+    queued(&apf, 1).await;
+    assert!(
+        !bob_get.is_finished(),
+        "bob waits while the LIST holds all seats"
+    );
+    drop(wide);
+    let narrow = bob_get.await.unwrap().unwrap();
+    // One seat is taken: another LIST (3 wide) waits for it.
+    let (apf3, alice3, list3) = (apf.clone(), alice.clone(), list.clone());
+    let second = tokio::spawn(async move { apf3.admit(&alice3, &list3).await.map(|s| s.0) });
+    queued(&apf, 1).await;
+    assert!(
+        !second.is_finished(),
+        "a 3-wide LIST does not fit beside a GET in 3 seats"
+    );
+    drop(narrow);
+    let _wide = second.await.unwrap().unwrap();
+    assert_eq!(apf.queued("global-default"), 0);
+}
