@@ -2,7 +2,8 @@
 //! authentication (a verified client certificate, else a bearer token or anonymous; 401), API Priority and Fairness or the max-in-flight limits (429), audit of
 //! the request, authorization
 //! (403), then the handler — whose response is audited (`ResponseStarted` for long-running
-//! requests, `ResponseComplete` when the body ends).
+//! requests, `ResponseComplete` when the body ends). A handler that panics answers 500 and is
+//! audited at the `Panic` stage, as upstream's panic recovery.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,6 +52,45 @@ impl Admitted {
     }
 }
 
+/// A response body holding the request's seat until the body is written (or dropped): a seat
+/// stands for the whole work of a request, including sending a large LIST, as upstream.
+struct Seated {
+    body: Body,
+    _seat: Admitted,
+}
+
+impl http_body::Body for Seated {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Admitted {
+    /// Labels the response and ties the seat to its body.
+    fn attach(self, resp: Response) -> Response {
+        let mut resp = resp;
+        self.label(&mut resp);
+        if self._legacy.is_none() && self._apf.is_none() {
+            return resp;
+        }
+        resp.map(|body| Body::new(Seated { body, _seat: self }))
+    }
+}
+
 /// Runs when dropped: the end of a streamed response body.
 struct OnDrop<F: FnOnce()>(Option<F>);
 
@@ -60,6 +100,27 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
             f();
         }
     }
+}
+
+/// What a panicking handler answers.
+const PANIC_MESSAGE: &str = "This request caused apiserver to panic. Look in the logs for details.";
+
+/// Runs the handler, catching a panic (the payload's text in Err).
+async fn run_guarded(next: Next, req: Request) -> Result<Response, String> {
+    use futures_util::FutureExt;
+    let path = req.uri().path().to_string();
+    std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+        .map_err(|payload| {
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(%path, panic = %why, "handler panicked");
+            why
+        })
 }
 
 pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Next) -> Response {
@@ -83,9 +144,10 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         return match admit(&chain, &user, &attrs, &query).await {
             Ok(seat) => {
                 req.extensions_mut().insert(user);
-                let mut resp = next.run(req).await;
-                seat.label(&mut resp);
-                resp
+                match run_guarded(next, req).await {
+                    Ok(resp) => seat.attach(resp),
+                    Err(_) => error_response(&ApiError::internal(PANIC_MESSAGE)),
+                }
             }
             Err(e) => error_response(&e),
         };
@@ -146,9 +208,16 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         Err(e) => return refuse(&record, &e),
     };
     req.extensions_mut().insert(user);
-    let mut resp = next.run(req).await;
-    seat.label(&mut resp);
-    drop(seat);
+    let resp = match run_guarded(next, req).await {
+        Ok(resp) => seat.attach(resp),
+        Err(_) => {
+            drop(seat);
+            if record.wants(Stage::Panic) {
+                auditor.emit(record.at(Stage::Panic, Some(500)));
+            }
+            return with_id(error_response(&ApiError::internal(PANIC_MESSAGE)));
+        }
+    };
     let code = resp.status().as_u16();
     if long_running(&attrs, &query) && code == 200 {
         if record.wants(Stage::ResponseStarted) {
@@ -215,4 +284,160 @@ async fn admit(
         return Err(authz::forbidden(user, attrs, &why));
     }
     Ok(seat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A router whose `/boom` panics behind the chain, with a RequestResponse audit log.
+    async fn serve(dir: &std::path::Path) -> String {
+        let policy = dir.join("policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+        )
+        .unwrap();
+        let audit = crate::audit::AuditConfig {
+            policy_file: Some(policy),
+            log_path: Some(dir.join("audit.log")),
+            max_size_mb: 0,
+            max_backup: 0,
+        };
+        let chain = Arc::new(Chain {
+            auth: Arc::new(Auth::new(&Default::default(), &HashMap::new()).unwrap()),
+            limits: Limits::new(0, 0),
+            apf: None,
+            audit: Auditor::new(&audit).unwrap(),
+        });
+        let app = axum::Router::new()
+            .route(
+                "/api/v1/boom",
+                axum::routing::get(|| async {
+                    if true {
+                        panic!("kaboom");
+                    }
+                    "unreachable"
+                }),
+            )
+            .route("/api/v1/fine", axum::routing::get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn_with_state(chain, handle));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_seat_is_held_until_the_response_body_is_written() {
+        // One read seat; /slow's body ends only when told to.
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
+        let chain = Arc::new(Chain {
+            auth: Arc::new(Auth::new(&Default::default(), &HashMap::new()).unwrap()),
+            limits: Limits::new(1, 1),
+            apf: None,
+            audit: None,
+        });
+        let app = axum::Router::new()
+            .route(
+                "/api/v1/slow",
+                axum::routing::get(move || {
+                    let rx = rx.lock().unwrap().take().unwrap();
+                    async move {
+                        let first = futures_util::stream::once(async {
+                            Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"first "))
+                        });
+                        let rest = futures_util::stream::once(async move {
+                            let _ = rx.await;
+                            Ok(bytes::Bytes::from_static(b"last"))
+                        });
+                        Body::from_stream(first.chain(rest))
+                    }
+                }),
+            )
+            .route("/api/v1/fine", axum::routing::get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn_with_state(chain, handle));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let http = reqwest::Client::new();
+        let mut slow = http
+            .get(format!("{base}/api/v1/slow"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(slow.status(), 200);
+        assert_eq!(&slow.chunk().await.unwrap().unwrap()[..], b"first ");
+        // The handler has returned, but its body is still being sent: the seat is taken.
+        let busy = http
+            .get(format!("{base}/api/v1/fine"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(busy.status(), 429);
+        tx.send(()).unwrap();
+        assert_eq!(&slow.chunk().await.unwrap().unwrap()[..], b"last");
+        assert!(slow.chunk().await.unwrap().is_none());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let r = http
+                .get(format!("{base}/api/v1/fine"))
+                .send()
+                .await
+                .unwrap();
+            if r.status() == 200 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the seat never came back"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_is_audited_at_the_panic_stage() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = serve(dir.path()).await;
+        let http = reqwest::Client::new();
+        let resp = http
+            .get(format!("{base}/api/v1/boom"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 500);
+        let id = resp.headers()["audit-id"].to_str().unwrap().to_string();
+        let status: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(status["reason"], "InternalError");
+        assert_eq!(
+            status["message"],
+            format!("Internal error occurred: {PANIC_MESSAGE}")
+        );
+        // The server goes on serving.
+        let fine = http
+            .get(format!("{base}/api/v1/fine"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(fine.status(), 200);
+        let log = dir.path().join("audit.log");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let stages = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let stages: Vec<String> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|e| e["auditID"] == id.as_str())
+                .map(|e| format!("{} {}", e["stage"], e["responseStatus"]["code"]))
+                .collect();
+            if stages.len() >= 2 || std::time::Instant::now() > deadline {
+                break stages;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await; // polling interval
+        };
+        assert_eq!(stages, ["\"RequestReceived\" null", "\"Panic\" 500"]);
+    }
 }

@@ -91,6 +91,16 @@ impl Recorder {
         self
     }
 
+    /// A recorder writing with another client (another identity: a simulated node's own
+    /// credentials) from `host`, sharing this one's overall rate limit.
+    pub fn for_client(&self, client: &Client, host: &str, shutdown: CancellationToken) -> Self {
+        Recorder {
+            rate: self.rate.clone(),
+            ..Recorder::new(client, &self.component, None, shutdown)
+        }
+        .for_host(host)
+    }
+
     /// The same sender, reporting from another host (`source.host`; a simulated node).
     pub fn for_host(&self, host: &str) -> Self {
         Recorder {

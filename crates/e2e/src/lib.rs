@@ -124,7 +124,15 @@ impl Cluster {
         nodes.extend(opts.extra_nodes.iter().cloned());
         let pki = (!opts.insecure).then(|| {
             let pki = dir.path().join("pki");
-            let names: Vec<String> = nodes.iter().map(|(n, _)| n.clone()).collect();
+            // Every node gets its identity, also each of an agent's `--nodes N`.
+            let mut names: Vec<String> = Vec::new();
+            for (n, extra) in &nodes {
+                names.push(n.clone());
+                if let Some(i) = extra.iter().position(|f| f == "--nodes") {
+                    let count: usize = extra[i + 1].parse().expect("--nodes N");
+                    names.extend((0..count).map(|k| format!("{n}-{k}")));
+                }
+            }
             let out = Command::new(bin("rkube-pki"))
                 .arg("--dir")
                 .arg(&pki)
@@ -270,6 +278,9 @@ impl Cluster {
                 "--port".into(),
                 port.to_string(),
             ];
+            if let Some(p) = &pki {
+                args.extend(["--node-kubeconfig-dir".into(), p.to_str().unwrap().into()]);
+            }
             args.extend(extra);
             c.add(
                 &name,

@@ -54,6 +54,9 @@ pub struct Config {
     /// Events per second across the process; 0 = unlimited.
     pub event_qps: f32,
     pub event_burst: u32,
+    /// Each node speaks as itself (`system:node:<name>`) with `<dir>/node-<name>.kubeconfig`
+    /// (rkube-pki's layout) instead of the process's kubeconfig.
+    pub node_kubeconfig_dir: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -77,6 +80,7 @@ impl Config {
             port: 0,
             event_qps: 50.0,
             event_burst: 100,
+            node_kubeconfig_dir: None,
         }
     }
 
@@ -122,6 +126,24 @@ pub async fn run(
     let client = Client::new(config.client.clone())?;
     let recorder = Recorder::new(&client, "kubelet", None, shutdown.clone())
         .with_rate(config.event_qps, config.event_burst);
+    // Each node's client: its own identity when given one, else the process's.
+    let mut clients: BTreeMap<String, Client> = BTreeMap::new();
+    for name in config.node_names() {
+        let c = match &config.node_kubeconfig_dir {
+            None => client.clone(),
+            Some(dir) => {
+                let path = dir.join(format!("node-{name}.kubeconfig"));
+                let mut cfg = rkube_client::Config::from_kubeconfig(&path)
+                    .map_err(|e| anyhow::anyhow!("node {name}: {e}"))?;
+                cfg.qps = config.client.qps;
+                cfg.burst = config.client.burst;
+                cfg.user_agent = config.client.user_agent.clone();
+                cfg.timeout = config.client.timeout;
+                Client::new(cfg)?
+            }
+        };
+        clients.insert(name, c);
+    }
     let stages = Arc::new(config.stages.clone());
     let status_writes = metrics.counter(
         "kubelet_pod_status_writes_total",
@@ -160,7 +182,7 @@ pub async fn run(
     // Nodes register concurrently; each retries until the apiserver answers.
     let registrations = futures_util::stream::iter(specs)
         .map(|spec| {
-            let client = client.clone();
+            let client = clients[&spec.name].clone();
             let shutdown = shutdown.clone();
             async move {
                 loop {
@@ -188,6 +210,11 @@ pub async fn run(
     for (spec, node) in registrations.into_iter().flatten() {
         let name = spec.name.clone();
         registered += 1;
+        let client = clients[&name].clone();
+        let recorder = match config.node_kubeconfig_dir {
+            Some(_) => recorder.for_client(&client, &name, shutdown.clone()),
+            None => recorder.for_host(&name),
+        };
         let uid = node.metadata.uid.clone().unwrap_or_default();
         tokio::spawn(node::lease_loop(
             client.clone(),
@@ -202,7 +229,7 @@ pub async fn run(
         ));
         let rt = NodeRuntime::new(
             client.clone(),
-            recorder.for_host(&name),
+            recorder,
             spec,
             stages.clone(),
             sims.clone(),

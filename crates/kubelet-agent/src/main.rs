@@ -59,6 +59,10 @@ struct Flags {
     event_qps: f32,
     #[arg(long, default_value_t = 100)]
     event_burst: u32,
+    /// Each node speaks as itself with DIR/node-<name>.kubeconfig (as rkube-pki writes
+    /// them: `system:node:<name>` in `system:nodes`), not with --kubeconfig.
+    #[arg(long)]
+    node_kubeconfig_dir: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -90,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
     config.port = f.port;
     config.event_qps = f.event_qps;
     config.event_burst = f.event_burst;
+    config.node_kubeconfig_dir = f.node_kubeconfig_dir;
     let addr = format!("{}:{}", f.bind_address, f.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

@@ -297,7 +297,12 @@ async fn main() -> anyhow::Result<()> {
         .map(String::from)
         .to_vec();
     let http = reqwest::Client::new();
-    let open = start(&flags.apiserver_bin, &store.url, &enc_args, "", &http).await?;
+    let open_args = [
+        &enc_args[..],
+        &["--enable-priority-and-fairness=false".to_string()],
+    ]
+    .concat();
+    let open = start(&flags.apiserver_bin, &store.url, &open_args, "", &http).await?;
     let authz_args: Vec<String> = [
         "--token-auth-file",
         tokens.to_str().unwrap(),
@@ -320,7 +325,12 @@ async fn main() -> anyhow::Result<()> {
     let authz = start(
         &flags.apiserver_bin,
         &store.url,
-        &[&authz_args[..], &enc_args[..]].concat(),
+        &[
+            &authz_args[..],
+            &enc_args[..],
+            &["--enable-priority-and-fairness=false".to_string()],
+        ]
+        .concat(),
         TOKEN,
         &http,
     )

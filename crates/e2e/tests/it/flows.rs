@@ -138,6 +138,47 @@ async fn secure_by_default(c: &Cluster) {
     );
 }
 
+/// One kubelet-agent simulating several nodes gives each its own identity: under the Node
+/// authorizer a node may write only its own Node and Lease, so both becoming Ready (and
+/// running pods) shows each spoke as itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_of_several_nodes_speaks_as_each_of_them() {
+    let c = Cluster::start(Opts {
+        nodes: 1,
+        extra_nodes: vec![("multi".into(), vec!["--nodes".into(), "2".into()])],
+        ..Default::default()
+    })
+    .await;
+    wait_for("multi-0 and multi-1 Ready", T, || async {
+        let out = c.kubectl_ok(&["get", "nodes", "--no-headers"]);
+        let ready = |n: &str| {
+            out.lines().any(|l| {
+                l.starts_with(&format!("{n} ")) && l.split_whitespace().nth(1) == Some("Ready")
+            })
+        };
+        (ready("multi-0") && ready("multi-1")).then_some(())
+    })
+    .await;
+    let lease = c.kubectl_ok(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-node-lease",
+        "multi-1",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(lease, "multi-1");
+    // The process's own kubeconfig (system:node:multi) may not touch them.
+    let other = c.kubectl_as("node-multi", &["label", "node", "multi-0", "x=y"]);
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        err.contains("User \"system:node:multi\" cannot get resource \"nodes\"")
+            && err.contains("node 'multi' cannot get node 'multi-0'"),
+        "{err}"
+    );
+}
+
 /// kubectl creates the seed's nginx Deployment; one pod shows `1/1 Running` on a node.
 async fn seed_flow(c: &Cluster) {
     c.kubectl_ok(&["create", "-f", "e2e/nginx.yml"]);
