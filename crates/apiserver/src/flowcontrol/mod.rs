@@ -3,8 +3,8 @@
 //! each limited level gets a share of the server's concurrency (`--max-requests-inflight` +
 //! `--max-mutating-requests-inflight`) and queues what it cannot run at once. A flow is
 //! shuffle-sharded onto a hand of the level's queues and joins the shortest; freed seats go to
-//! the queues in turn, so one flow flooding its queue cannot starve another flow, and one level
-//! cannot take another's seats. A full queue, or a wait past the limit, is a 429 with
+//! the queue that has had the fewest (fair queuing in virtual time), so one flow flooding its
+//! queues cannot starve another flow, and one level cannot take another's seats. A full queue, or a wait past the limit, is a 429 with
 //! `Retry-After`. Long-running requests (watches) are not counted. The configuration is the
 //! stored FlowSchemas and PriorityLevelConfigurations (upstream's defaults, created at startup
 //! and editable), re-read when either watch cache moves.
@@ -40,8 +40,12 @@ struct LevelState {
     /// Seats in use.
     executing: usize,
     queues: Vec<VecDeque<Waiter>>,
-    /// The queue whose turn is next.
-    next: usize,
+    /// Each queue's virtual start: the seats it has been given, in virtual time (fair
+    /// queuing: the non-empty queue that has had the least goes next).
+    vstart: Vec<u64>,
+    /// The virtual start of the last dispatch; a queue that was idle starts here, so idling
+    /// earns no credit.
+    vtime: u64,
     waiting: usize,
 }
 
@@ -94,14 +98,17 @@ impl Drop for Seat {
     }
 }
 
-/// Hands free seats to waiters, visiting the queues in turn; the queue whose turn it is waits
-/// (and keeps its turn) until its head request's width fits.
+/// Hands free seats to waiters: the queue whose head request would finish first in virtual
+/// time (its virtual start plus the request's width) goes next — waiting, and keeping its
+/// turn, until the width fits — and its virtual start advances by the seats it took; so a flow
+/// that has been flooding waits behind one that has not, and a narrow request behind a wide
+/// one from the same point.
 fn dispatch(st: &mut LevelState, seats: usize) {
     while st.executing < seats && st.waiting > 0 {
-        let n = st.queues.len();
-        let Some(q) = (0..n)
-            .map(|i| (st.next + i) % n)
-            .find(|&i| !st.queues[i].is_empty())
+        let Some(q) = (0..st.queues.len())
+            .filter_map(|i| Some((i, st.queues[i].front()?.width)))
+            .min_by_key(|&(i, width)| st.vstart[i] + width as u64)
+            .map(|(i, _)| i)
         else {
             return;
         };
@@ -109,7 +116,8 @@ fn dispatch(st: &mut LevelState, seats: usize) {
         if st.executing + width > seats {
             return;
         }
-        st.next = (q + 1) % n;
+        st.vtime = st.vstart[q];
+        st.vstart[q] += width as u64;
         let w = st.queues[q].pop_front().expect("non-empty queue");
         st.waiting -= 1;
         if w.wake.send(()).is_ok() {
@@ -181,12 +189,13 @@ fn build(
             {
                 return same.clone();
             }
-            let queues = (0..spec.queues.max(1)).map(|_| VecDeque::new()).collect();
+            let n = spec.queues.max(1);
             Arc::new(LevelRuntime {
                 spec,
                 seats,
                 state: Mutex::new(LevelState {
-                    queues,
+                    queues: (0..n).map(|_| VecDeque::new()).collect(),
+                    vstart: vec![0; n],
                     ..Default::default()
                 }),
             })
@@ -348,6 +357,9 @@ impl Apf {
             }
             let (tx, rx) = oneshot::channel();
             let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if st.queues[q].is_empty() {
+                st.vstart[q] = st.vstart[q].max(st.vtime);
+            }
             st.queues[q].push_back(Waiter {
                 wake: tx,
                 id,

@@ -78,11 +78,13 @@ fn requests_land_on_upstreams_levels() {
 
 #[tokio::test]
 async fn a_flooding_flow_cannot_starve_another() {
-    // One seat per level.
-    let apf = Arc::new(Apf::new(1));
+    // 3 seats for global-default; the flood's LISTs are 3 wide, the victim's GET 1.
+    let apf =
+        Arc::new(Apf::new(30).with_width(Box::new(|a: &Attributes| list_width(&a.verb, 300))));
     let flood = user("flood", &[]);
     let victim = user("victim", &[]);
     let a = attrs("list", "", "pods", "default");
+    let get = attrs("get", "", "pods", "default");
     let (held, _) = apf.admit(&flood, &a).await.unwrap();
     // The flooder queues 20 requests behind the busy seat.
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -98,7 +100,7 @@ async fn a_flooding_flow_cannot_starve_another() {
         tokio::task::yield_now().await;
     }
     // Then the victim asks once.
-    let (apf2, v, a2, tx) = (apf.clone(), victim.clone(), a.clone(), done_tx.clone());
+    let (apf2, v, a2, tx) = (apf.clone(), victim.clone(), get.clone(), done_tx.clone());
     let victim_task = tokio::spawn(async move {
         let (seat, _) = apf2.admit(&v, &a2).await.unwrap();
         let _ = tx.send("victim".to_string());
@@ -112,9 +114,9 @@ async fn a_flooding_flow_cannot_starve_another() {
     }
     victim_task.await.unwrap();
     let pos = order.iter().position(|s| s == "victim").unwrap();
-    assert!(
-        pos <= 1,
-        "the victim's queue gets the next turn, not the 21st: {order:?}"
+    assert_eq!(
+        pos, 0,
+        "the victim's queue goes first, not behind the flood's 20: {order:?}"
     );
 }
 

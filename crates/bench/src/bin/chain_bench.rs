@@ -104,11 +104,16 @@ fn median_p99(mut v: Vec<u64>) -> (u64, u64) {
 }
 
 /// `n` sequential GETs as the victim: latencies of those served, and how many were refused.
-async fn victim_gets(http: &reqwest::Client, url: &str, n: usize) -> (Vec<u64>, usize) {
+async fn victim_gets(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    n: usize,
+) -> (Vec<u64>, usize) {
     let (mut lat, mut refused) = (Vec::new(), 0);
     for _ in 0..n {
         let t = Instant::now();
-        match http.get(url).bearer_auth("victim-token").send().await {
+        match http.get(url).bearer_auth(token).send().await {
             Ok(r) if r.status().is_success() => {
                 let _ = r.bytes().await;
                 lat.push(t.elapsed().as_micros() as u64);
@@ -117,6 +122,23 @@ async fn victim_gets(http: &reqwest::Client, url: &str, n: usize) -> (Vec<u64>, 
         }
     }
     (lat, refused)
+}
+
+/// Runs `f` on its own thread and runtime: the victim and the node are other clients than the
+/// flooder, so their latencies must not include waiting behind the flood's tasks in the
+/// flooder's runtime.
+fn on_own_thread<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(
+    f: impl FnOnce() -> F + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _ = tx.send(rt.block_on(f()));
+    });
+    tokio::spawn(async move { rx.await.expect("the thread finished") })
 }
 
 /// One user flooding LISTs at ten times the server's capacity while another user reads and a
@@ -135,11 +157,18 @@ async fn fairness(
         .build()?;
     let mut out = format!(
         "\n### Fairness under a flood\n\n`--max-requests-inflight={READS} --max-mutating-requests-inflight={WRITES}`; user `flood` keeps {FLOODERS} LISTs of 300 pods in flight \
-         (10× the server's capacity) for 10 s while user `victim` GETs one pod in a loop and node `n1` renews its Lease every 500 ms. \
+         (10× the server's capacity) for 10 s while user `victim` GETs one pod in a loop and node `n1` renews its Lease every 500 ms (the victim and the node are separate clients, each on its own thread). APF weighs a LIST of 300 pods as 3 seats and holds seats until the response is written. The third row is a control: the victim as a service account, in another priority level than the flood, sharing no seats or queues with it — what is left there is the two cores' contention between the flood's traffic (both ends on this machine) and the victim. \
          Targets: the victim's p99 within 3× its unloaded p99, no lease renewal failing or late past its 40 s duration.\n\n\
-         | limits | victim unloaded p50 / p99 | victim under flood p50 / p99 | victim 429s | flood served / 429s | lease renewals ok / failed, slowest |\n|---|---|---|---|---|---|\n"
+         | limits | victim unloaded p50 / p99 | victim under flood p50 / p99 | flooded / unloaded p99 | victim 429s | flood served / 429s | lease renewals ok / failed, slowest |\n|---|---|---|---|---|---|---|\n"
     );
-    for apf in [false, true] {
+    // The third run is a control: the victim is a service account, in another priority level
+    // (workload-low) than the flood, so it shares no seats or queues with it; what remains is
+    // the machine's own contention.
+    for (run, apf, victim) in [
+        (0, false, "victim-token"),
+        (1, true, "victim-token"),
+        (2, true, "sa-victim-token"),
+    ] {
         let mut args: Vec<String> = [
             "--token-auth-file",
             dir.path().join("tokens.csv").to_str().unwrap(),
@@ -154,7 +183,7 @@ async fn fairness(
         let api = start(&flags.apiserver_bin, storage, &args, TOKEN, &http).await?;
         let base = api.base.clone();
         // Everyone may read pods; the node needs its lease.
-        let bind = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("bench-view-{apf}")},
+        let bind = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("bench-view-{run}")},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]});
         http.post(format!(
@@ -165,7 +194,7 @@ async fn fairness(
         .send()
         .await?;
         for i in 0..300 {
-            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("f{apf}-{i}")},
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("f{run}-{i}")},
                 "spec": {"containers": [{"name": "c", "image": "nginx:1.14.2"}]}});
             http.post(format!("{base}/api/v1/namespaces/default/pods"))
                 .bearer_auth(TOKEN)
@@ -182,8 +211,12 @@ async fn fairness(
             .json(&lease)
             .send()
             .await?;
-        let victim_url = format!("{base}/api/v1/namespaces/default/pods/f{apf}-0");
-        let (unloaded, _) = victim_gets(&http, &victim_url, 500).await;
+        let victim_url = format!("{base}/api/v1/namespaces/default/pods/f{run}-0");
+        let vurl = victim_url.clone();
+        let (unloaded, _) = on_own_thread(move || async move {
+            victim_gets(&reqwest::Client::new(), &vurl, victim, 500).await
+        })
+        .await?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let rejected = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -212,8 +245,9 @@ async fn fairness(
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await; // let the flood build up
         let renewals = {
-            let (http, url, stop) = (http.clone(), lease_url.clone(), stop.clone());
-            tokio::spawn(async move {
+            let (url, stop) = (lease_url.clone(), stop.clone());
+            on_own_thread(move || async move {
+                let http = reqwest::Client::new();
                 let (mut ok, mut failed, mut slowest) = (0u32, 0u32, 0u64);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let t = Instant::now();
@@ -235,12 +269,13 @@ async fn fairness(
                 (ok, failed, slowest)
             })
         };
-        let (vhttp, vurl) = (http.clone(), victim_url.clone());
-        let victim_run = tokio::spawn(async move {
+        let vurl = victim_url.clone();
+        let victim_run = on_own_thread(move || async move {
+            let vhttp = reqwest::Client::new();
             let deadline = Instant::now() + std::time::Duration::from_secs(9);
             let (mut lat, mut refused) = (Vec::new(), 0);
             while Instant::now() < deadline {
-                let (l, r) = victim_gets(&vhttp, &vurl, 20).await;
+                let (l, r) = victim_gets(&vhttp, &vurl, victim, 20).await;
                 lat.extend(l);
                 refused += r;
             }
@@ -258,10 +293,15 @@ async fn fairness(
         } else {
             median_p99(loaded)
         };
-        let name = if apf { "APF" } else { "legacy max-in-flight" };
+        let name = match run {
+            0 => "legacy max-in-flight",
+            1 => "APF",
+            _ => "APF, control: victim in another level",
+        };
         println!("fairness {name}: victim unloaded {u50}/{u99} µs, flooded {l50}/{l99} µs, {victim_refused} refused; lease ok {ok} failed {failed} slowest {slowest} ms");
         out += &format!(
-            "| {name} | {u50} / {u99} µs | {l50} / {l99} µs | {victim_refused} | {} / {} | {ok} / {failed}, {slowest} ms |\n",
+            "| {name} | {u50} / {u99} µs | {l50} / {l99} µs | {:.1}× | {victim_refused} | {} / {} | {ok} / {failed}, {slowest} ms |\n",
+            l99 as f64 / u99.max(1) as f64,
             served.load(std::sync::atomic::Ordering::Relaxed),
             rejected.load(std::sync::atomic::Ordering::Relaxed)
         );
@@ -278,7 +318,7 @@ async fn main() -> anyhow::Result<()> {
     std::fs::write(
         &tokens,
         format!(
-            "{TOKEN},bench-admin,1,\"system:masters\"\nflood-token,flood,2\nvictim-token,victim,3\nnode-token,system:node:n1,4,system:nodes\n"
+            "{TOKEN},bench-admin,1,\"system:masters\"\nflood-token,flood,2\nvictim-token,victim,3\nsa-victim-token,system:serviceaccount:default:victim,5,system:serviceaccounts\nnode-token,system:node:n1,4,system:nodes\n"
         ),
     )?;
     let policy = dir.path().join("audit-policy.yaml");
