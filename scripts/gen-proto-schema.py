@@ -33,13 +33,15 @@ ROOTS = [
     "api.rbac.v1.ClusterRole", "api.rbac.v1.ClusterRoleBinding", "api.policy.v1.Eviction",
     "api.autoscaling.v1.Scale", "apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "api.authorization.v1.SelfSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
+    "api.authentication.v1.SelfSubjectReview",
+    "api.flowcontrol.v1.FlowSchema", "api.flowcontrol.v1.PriorityLevelConfiguration",
 ]
 # Wrapper messages with their own JSON form: decoded by hand, not by table.
 SPECIAL = {
     "apimachinery.pkg.apis.meta.v1.Time", "apimachinery.pkg.apis.meta.v1.MicroTime",
     "apimachinery.pkg.apis.meta.v1.Duration", "apimachinery.pkg.apis.meta.v1.FieldsV1",
     "apimachinery.pkg.api.resource.Quantity", "apimachinery.pkg.util.intstr.IntOrString",
-    "apimachinery.pkg.runtime.RawExtension",
+    "apimachinery.pkg.runtime.RawExtension", "api.authentication.v1.ExtraValue",
 }
 SCALARS = {"string": "s", "bool": "b", "int32": "i32", "int64": "i64", "double": "d", "bytes": "y"}
 

@@ -343,7 +343,7 @@ pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceDef> 
 }
 
 /// Resources answered on the spot and never stored (create only): the access reviews
-/// `kubectl auth can-i` sends. Their `storage_prefix` is empty.
+/// `kubectl auth can-i` sends, and the SelfSubjectReview of `kubectl auth whoami`. Their `storage_prefix` is empty.
 pub const REVIEWS: &[ResourceDef] = &[
     res!(
         "authorization.k8s.io",
@@ -364,6 +364,19 @@ pub const REVIEWS: &[ResourceDef] = &[
         "SelfSubjectRulesReview",
         "selfsubjectrulesreviews",
         "selfsubjectrulesreview",
+        false,
+        &[],
+        &[],
+        &[],
+        "",
+        false
+    ),
+    res!(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        "selfsubjectreview",
         false,
         &[],
         &[],

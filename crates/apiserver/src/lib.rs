@@ -15,6 +15,7 @@ pub mod http;
 pub mod inflight;
 pub mod metrics;
 pub mod pki;
+pub mod reconcile;
 pub mod registry;
 pub mod storage;
 pub mod tls;
@@ -456,7 +457,7 @@ fn cache_of(
 }
 
 /// Creates upstream's bootstrap objects of a group (RBAC's roles and bindings, flow control's
-/// schemas and levels); existing ones are kept.
+/// schemas and levels); existing ones are reconciled (`reconcile`).
 async fn bootstrap<const N: usize>(
     registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
     group: &'static str,
@@ -468,9 +469,30 @@ async fn bootstrap<const N: usize>(
             .with_context(|| format!("{plural} registry"))?;
         for obj in objects {
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-            match reg.create("", obj, false, Some("rkube-apiserver")).await {
+            match reg
+                .create("", obj.clone(), false, Some("rkube-apiserver"))
+                .await
+            {
                 Ok(_) => tracing::debug!(%plural, %name, "created bootstrap object"),
-                Err(e) if e.code() == 409 => {}
+                Err(e) if e.code() == 409 => {
+                    // Present: bring it up to this version's (a racing writer wins; next start
+                    // tries again).
+                    let current: serde_json::Value =
+                        serde_json::from_slice(&reg.get("", &name, None).await.map_err(|e| {
+                            anyhow::anyhow!("reading {plural} {name}: {}", e.status().message)
+                        })?)?;
+                    if let Some(updated) = reconcile::reconcile(&current, &obj) {
+                        match reg
+                            .update("", &name, updated, None, false, Some("rkube-apiserver"))
+                            .await
+                        {
+                            Ok(_) => tracing::info!(%plural, %name, "reconciled bootstrap object"),
+                            Err(e) => {
+                                tracing::warn!(%plural, %name, error = %e.status().message, "could not reconcile bootstrap object")
+                            }
+                        }
+                    }
+                }
                 Err(e) => anyhow::bail!("creating {plural} {name}: {}", e.status().message),
             }
         }

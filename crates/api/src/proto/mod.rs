@@ -379,9 +379,25 @@ fn special(message: &str, data: &[u8]) -> Result<Option<Value>, ProtoError> {
             | "apimachinery.pkg.api.resource.Quantity"
             | "apimachinery.pkg.util.intstr.IntOrString"
             | "apimachinery.pkg.runtime.RawExtension"
+            | "api.authentication.v1.ExtraValue"
     );
     if !known {
         return Ok(None);
+    }
+    if short == "ExtraValue" {
+        // `repeated string items = 1`, whose JSON is the bare list.
+        let mut items = Vec::new();
+        let mut r = Reader::new(data, message);
+        while let Some((tag, wire)) = r.key()? {
+            match (tag, wire) {
+                (1, 2) => items.push(Value::String(
+                    String::from_utf8(r.bytes()?.to_vec())
+                        .map_err(|_| ProtoError::Malformed(message.to_string()))?,
+                )),
+                _ => r.skip(wire)?,
+            }
+        }
+        return Ok(Some(Value::Array(items)));
     }
     // Every wrapper's fields are numbered from 1; read them all as (varint | bytes).
     let mut ints = [0i64; 4];

@@ -126,11 +126,18 @@ pub fn cluster_roles() -> Vec<Value> {
         ),
         cluster_role(
             "system:basic-user",
-            vec![rule(
-                &["authorization.k8s.io"],
-                &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-                &["create"],
-            )],
+            vec![
+                rule(
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    &["create"],
+                ),
+                rule(
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                    &["create"],
+                ),
+            ],
         ),
         cluster_role(
             "system:kube-scheduler",

@@ -1,6 +1,7 @@
 //! Reviews answered on the spot and never stored: `SelfSubjectAccessReview` (what `kubectl auth
 //! can-i` sends) and `SelfSubjectRulesReview` (`kubectl auth can-i --list`), answered by the
-//! `--authorization-mode` chain for the user who asks.
+//! `--authorization-mode` chain for the user who asks, and `SelfSubjectReview` (`kubectl auth
+//! whoami`): who the authenticators made of the request.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -51,6 +52,13 @@ pub fn answer(
     review["kind"] = json!(def.kind);
     let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
     review["status"] = match def.kind {
+        "SelfSubjectReview" => {
+            let mut info = json!({"username": user.name, "groups": user.groups});
+            if !user.uid.is_empty() {
+                info["uid"] = json!(user.uid);
+            }
+            json!({ "userInfo": info })
+        }
         "SelfSubjectAccessReview" => {
             let attrs = review_attributes(&spec)?;
             match auth.authorize(user, &attrs) {

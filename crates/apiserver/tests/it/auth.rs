@@ -804,3 +804,38 @@ async fn priority_and_fairness_classifies_and_labels_requests() {
     let (_, schema_anon2, _) = headers(None, "/api/v1/pods").await;
     assert_ne!(schema_anon2.as_deref(), Some(schema_uid.as_str()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_roles_are_reconciled_when_an_apiserver_starts() {
+    let Some(c) = Cluster::start(Backend::Rkube, |_| {}).await else {
+        return;
+    };
+    let (base, _stop, _dir) = secured(&c, true, vec![Mode::Rbac], None).await;
+    let admin = As {
+        http: &c.http,
+        base: &base,
+        token: Some("admin-token"),
+    };
+    let path = "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:basic-user";
+    let role = admin.eventually("GET", path, None, 200).await;
+    let full = role["rules"].clone();
+    assert_eq!(full.as_array().unwrap().len(), 2);
+    // As an older version left it: one rule, plus one an administrator added.
+    let mine = json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]});
+    let older = json!({"rules": [full[0].clone(), mine.clone()]});
+    admin.eventually("PATCH", path, Some(&older), 200).await;
+    // The next apiserver to start brings it up to date and keeps the addition.
+    let (base2, _stop2, _dir2) = secured(&c, true, vec![Mode::Rbac], None).await;
+    let admin2 = As {
+        http: &c.http,
+        base: &base2,
+        token: Some("admin-token"),
+    };
+    let role = admin2.eventually("GET", path, None, 200).await;
+    let rules = role["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 3, "{rules:?}");
+    assert!(
+        rules.contains(&full[1]) && rules.contains(&mine),
+        "{rules:?}"
+    );
+}

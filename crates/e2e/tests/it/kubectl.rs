@@ -471,6 +471,28 @@ async fn every_command_of_the_walkthrough_behaves_as_on_kubernetes() {
             .trim(),
         "yes"
     );
+    // The walkthrough runs as the admin of a secure cluster: a client certificate's CN and O.
+    let whoami = k.ok(&["auth", "whoami"]);
+    contains(&whoami, "kubernetes-admin");
+    contains(&whoami, "[system:masters system:authenticated]");
+    let node = c.kubectl_as(
+        "node-node-1",
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&node.stdout), "system:node:node-1");
+    assert_eq!(
+        String::from_utf8_lossy(
+            &c.kubectl_as("node-node-1", &["auth", "can-i", "list", "secrets"])
+                .stdout
+        )
+        .trim(),
+        "no"
+    );
 
     // Mistakes, with kubectl's usual error text.
     let malformed = manifest(
