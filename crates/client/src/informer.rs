@@ -205,6 +205,7 @@ impl<K: Resource> Store<K> {
     }
 
     fn upsert(&self, obj: K) {
+        let obj = strip(obj);
         let key = key_of(&obj);
         let new = Arc::new(obj);
         let old = self.inner.write().unwrap().put(key, new.clone());
@@ -215,6 +216,14 @@ impl<K: Resource> Store<K> {
     }
 }
 
+/// Cached objects go without `metadata.managedFields` (as upstream's components strip them
+/// with `TransformStripManagedFields`): controllers never read them, they are often larger
+/// than the rest of the object, and an update that omits them keeps the stored ones.
+fn strip<K: Resource>(mut obj: K) -> K {
+    obj.metadata_mut().managed_fields = None;
+    obj
+}
+
 impl<K: Resource> Sink<K> for Store<K> {
     fn replace(&self, items: Vec<K>) {
         let mut changes = Vec::new();
@@ -222,6 +231,7 @@ impl<K: Resource> Sink<K> for Store<K> {
             let mut g = self.inner.write().unwrap();
             let mut fresh: HashSet<String> = HashSet::with_capacity(items.len());
             for obj in items {
+                let obj = strip(obj);
                 let key = key_of(&obj);
                 fresh.insert(key.clone());
                 let new = Arc::new(obj);
@@ -348,6 +358,21 @@ mod tests {
             "spec": {"nodeName": node, "containers": []}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn cached_objects_carry_no_managed_fields() {
+        let s: Store<Pod> = Store::default();
+        let with_fields = |name: &str, rv: &str| {
+            let mut p = pod("a", name, rv, "n1");
+            p.metadata.managed_fields = Some(vec![Default::default()]);
+            p
+        };
+        s.replace(vec![with_fields("p1", "1")]);
+        s.modified(with_fields("p2", "2"));
+        for key in ["a/p1", "a/p2"] {
+            assert_eq!(s.get(key).expect(key).metadata.managed_fields, None);
+        }
     }
 
     #[test]
