@@ -235,3 +235,52 @@ fn status_writes_are_tracked_apart_from_the_main_resource() {
         .iter()
         .all(|p| p[0] != "f:status"));
 }
+
+/// Prints what recording one pod's writes costs (`cargo test --release -p rkube-api
+/// managed_cost -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn managed_cost() {
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "labels": {"app": "nginx", "pod-template-hash": "abc"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+            "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst", "securityContext": {}, "schedulerName": "default-scheduler",
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+            "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority"},
+        "status": {"phase": "Pending", "qosClass": "BestEffort"}});
+    let who = |m: &'static str, scope| Writer {
+        manager: m,
+        api_version: "v1",
+        time: "2026-01-01T00:00:00Z",
+        scope,
+    };
+    let n = 2000;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        let mut created = pod.clone();
+        record_update(
+            "Pod",
+            None,
+            &mut created,
+            who("kube-controller-manager", Scope::Main),
+        );
+        let mut running = created.clone();
+        running["status"] = serde_json::json!({"phase": "Running", "podIP": "10.0.0.1", "hostIP": "10.0.0.2",
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{"name": "nginx", "ready": true, "restartCount": 0, "image": "nginx:1.14.2", "imageID": "x",
+                "containerID": "sim://1", "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]});
+        record_update(
+            "Pod",
+            Some(&created),
+            &mut running,
+            who("kubelet", Scope::Status),
+        );
+    }
+    let per = t.elapsed() / n;
+    println!("create + status update: {per:?} per pod");
+}

@@ -382,6 +382,7 @@ async fn bookmark_scenario(f: &Flags) -> anyhow::Result<(f64, f64, usize, f64, f
             "10s",
             "--watch-bookmark-interval",
             "5s",
+            "--enable-priority-and-fairness=false",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -566,7 +567,7 @@ async fn main() -> anyhow::Result<()> {
         ));
     }
     let body = format!(
-        "## End to end (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on loopback (`scripts/bench-e2e.sh`); one kubelet-agent process simulates the nodes (`fast` stages: no simulated pull delay). \
+        "## End to end (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on loopback (`scripts/bench-e2e.sh`), in the open configuration (anonymous, AlwaysAllow, APF off: chain-bench measures the request chain); one kubelet-agent process simulates the nodes (`fast` stages: no simulated pull delay). \
          Latency: a Deployment of 1 replica is POSTed and the time runs until its pod is seen Running and Ready through a pods watch; runs are sequential. \
          Upstream-like limits: controller-manager 20 qps / 30 burst, scheduler 50 / 100.\n\n\
          | storage | client limits | 1-replica → Running p50 | p99 | 100 replicas all Running |\n|---|---|---|---|---|\n{rows}\n\
