@@ -52,12 +52,17 @@ impl Admitted {
     }
 }
 
-/// A response body holding the request's seat until the body is written (or dropped): a seat
-/// stands for the whole work of a request, including sending a large LIST, as upstream.
+/// A response body that keeps the request's seat taken until the body is written (or
+/// dropped): a seat stands for the whole work of a request, including sending a large LIST,
+/// as upstream. The seat itself waits in a task (`Admitted::attach`) for the body's end, for at
+/// most `SEAT_LIMIT`, so a client that stops reading cannot hold it for longer.
 struct Seated {
     body: Body,
-    _seat: Admitted,
+    _done: tokio::sync::oneshot::Sender<()>,
 }
+
+/// How long a response's body may keep its seat: upstream's request timeout.
+const SEAT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl http_body::Body for Seated {
     type Data = bytes::Bytes;
@@ -87,7 +92,12 @@ impl Admitted {
         if self._legacy.is_none() && self._apf.is_none() {
             return resp;
         }
-        resp.map(|body| Body::new(Seated { body, _seat: self }))
+        let (done, body_ended) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _seat = self;
+            let _ = tokio::time::timeout(SEAT_LIMIT, body_ended).await;
+        });
+        resp.map(|body| Body::new(Seated { body, _done: done }))
     }
 }
 

@@ -27,6 +27,8 @@ pub struct Plan {
     pub hosts: Vec<String>,
     /// Nodes that get a `system:node:<name>` identity.
     pub nodes: Vec<String>,
+    /// uid and gid to own the admin's files (when written for a user by a root container).
+    pub admin_owner: Option<(u32, u32)>,
 }
 
 /// One client identity: its file stem, user name and group.
@@ -91,9 +93,25 @@ pub fn generate(plan: &Plan) -> Result<Vec<PathBuf>, PkiError> {
     })?;
     let mut written = Vec::new();
     let (ca_key_path, ca_cert_path) = (dir.join("ca.key"), dir.join("ca.crt"));
-    let existing = match (ca_cert_path.exists(), std::fs::read_to_string(&ca_key_path)) {
-        (true, Ok(pem)) => Some(KeyPair::from_pem(&pem).map_err(cert_err("ca.key"))?),
-        _ => None,
+    // A new CA only where there is none: a CA half there, or unreadable, is an error rather
+    // than something to replace (which would invalidate every certificate made from it).
+    let existing = match (ca_cert_path.exists(), ca_key_path.exists()) {
+        (true, true) => {
+            let pem = std::fs::read_to_string(&ca_key_path).map_err(|source| PkiError::Io {
+                path: ca_key_path.clone(),
+                source,
+            })?;
+            Some(KeyPair::from_pem(&pem).map_err(cert_err("ca.key"))?)
+        }
+        (false, false) => None,
+        (cert, _) => {
+            return Err(PkiError::Cert(format!(
+                "{} has {} but not {}; restore it or remove both",
+                dir.display(),
+                if cert { "ca.crt" } else { "ca.key" },
+                if cert { "ca.key" } else { "ca.crt" }
+            )))
+        }
     };
     let fresh = existing.is_none();
     let ca_key = match existing {
@@ -190,6 +208,14 @@ pub fn generate(plan: &Plan) -> Result<Vec<PathBuf>, PkiError> {
             &mut written,
         )?;
     }
+    if let Some((uid, gid)) = plan.admin_owner {
+        for f in ["admin.crt", "admin.key", "admin.kubeconfig"] {
+            let path = dir.join(f);
+            #[cfg(unix)]
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                .map_err(|source| PkiError::Io { path, source })?;
+        }
+    }
     Ok(written)
 }
 
@@ -216,7 +242,9 @@ fn write(
         path: path.to_path_buf(),
         source,
     };
-    let tmp = path.with_extension("tmp");
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
     {
         use std::io::Write;
         let mut opts = std::fs::OpenOptions::new();
@@ -227,6 +255,13 @@ fn write(
             opts.mode(if private { 0o600 } else { 0o644 });
         }
         let mut f = opts.open(&tmp).map_err(io)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = if private { 0o600 } else { 0o644 };
+            f.set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(io)?;
+        }
         f.write_all(text.as_bytes()).map_err(io)?;
         f.sync_all().map_err(io)?;
     }
@@ -246,6 +281,7 @@ mod tests {
             admin_server: Some("https://127.0.0.1:6443".into()),
             hosts: vec!["apiserver".into(), "10.0.0.9".into()],
             nodes: vec!["n1".into(), "n2".into()],
+            admin_owner: None,
         }
     }
 
@@ -330,6 +366,15 @@ mod tests {
         assert_eq!(read("ca.crt"), ca);
         assert_eq!(read("ca.key"), ca_key);
         assert!(!again.contains(&d.path().join("ca.key")));
+    }
+
+    #[test]
+    fn half_a_ca_is_an_error_not_a_new_ca() {
+        let d = tempfile::tempdir().unwrap();
+        generate(&plan(d.path())).unwrap();
+        std::fs::remove_file(d.path().join("ca.key")).unwrap();
+        let e = generate(&plan(d.path())).unwrap_err().to_string();
+        assert!(e.contains("has ca.crt but not ca.key"), "{e}");
     }
 
     #[test]

@@ -60,7 +60,8 @@ struct Flags {
     #[arg(long, default_value_t = 100)]
     event_burst: u32,
     /// Each node speaks as itself with DIR/node-<name>.kubeconfig (as rkube-pki writes
-    /// them: `system:node:<name>` in `system:nodes`), not with --kubeconfig.
+    /// them: `system:node:<name>` in `system:nodes`), not with --kubeconfig. Each node then
+    /// has its own --kube-api-qps budget and connections, as separate kubelets would.
     #[arg(long)]
     node_kubeconfig_dir: Option<std::path::PathBuf>,
 }

@@ -26,6 +26,17 @@ struct Flags {
     /// Node names that get a system:node:<name> identity (repeatable or comma-separated).
     #[arg(long = "node", value_delimiter = ',')]
     nodes: Vec<String>,
+    /// UID:GID to own the admin's files (a root container writing them for a user).
+    #[arg(long, value_parser = owner)]
+    admin_owner: Option<(u32, u32)>,
+}
+
+fn owner(s: &str) -> Result<(u32, u32), String> {
+    let (u, g) = s.split_once(':').ok_or("want UID:GID")?;
+    Ok((
+        u.parse().map_err(|_| format!("bad uid {u:?}"))?,
+        g.parse().map_err(|_| format!("bad gid {g:?}"))?,
+    ))
 }
 
 fn main() {
@@ -36,6 +47,7 @@ fn main() {
         admin_server: f.admin_server,
         hosts: f.hosts,
         nodes: f.nodes,
+        admin_owner: f.admin_owner,
     };
     match rkube_apiserver::pki::generate(&plan) {
         Ok(files) => println!(

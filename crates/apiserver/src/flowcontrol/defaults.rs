@@ -424,33 +424,37 @@ pub fn parse_level(obj: &Value) -> Option<Level> {
         });
     }
     let limited = spec.get("limited")?;
-    let num = |ptr: &str, default: u64| {
+    // Bounded as upstream's validation bounds them, so a stored object can never make the
+    // dispatcher overflow or allocate without limit.
+    let num = |ptr: &str, default: u64, max: u64| {
         limited
             .pointer(ptr)
             .and_then(Value::as_u64)
             .unwrap_or(default)
+            .min(max)
     };
     let queuing = limited
         .pointer("/limitResponse/type")
         .and_then(Value::as_str)
         == Some("Queue");
+    let queues = if queuing {
+        num("/limitResponse/queuing/queues", 64, 10_000).max(1) as usize
+    } else {
+        1
+    };
     Some(Level {
         name,
         uid,
         exempt: false,
-        shares: num("/nominalConcurrencyShares", 30) as u32,
-        queues: if queuing {
-            num("/limitResponse/queuing/queues", 64) as usize
-        } else {
-            1
-        },
+        shares: num("/nominalConcurrencyShares", 30, 1 << 20) as u32,
+        queues,
         hand_size: if queuing {
-            num("/limitResponse/queuing/handSize", 8) as usize
+            num("/limitResponse/queuing/handSize", 8, 64).clamp(1, queues as u64) as usize
         } else {
             1
         },
         queue_length_limit: if queuing {
-            num("/limitResponse/queuing/queueLengthLimit", 50) as usize
+            num("/limitResponse/queuing/queueLengthLimit", 50, 10_000) as usize
         } else {
             0
         },
@@ -481,6 +485,8 @@ pub fn from_objects(schemas: &[Value], levels: &[Value]) -> (Vec<FlowSchema>, Ve
             );
         }
     }
+    // A schema naming a level that does not exist is dangling: upstream skips it.
+    s.retain(|x| l.iter().any(|lv| lv.name == x.level));
     s.sort_by(|a, b| (a.precedence, &a.name).cmp(&(b.precedence, &b.name)));
     // catch-all last: the fallback for a schema naming a level that does not exist.
     l.sort_by_key(|x| x.name == "catch-all");

@@ -116,7 +116,7 @@ fn dispatch(st: &mut LevelState, seats: usize) {
         if st.executing + width > seats {
             return;
         }
-        st.vtime = st.vstart[q];
+        st.vtime = st.vtime.max(st.vstart[q]);
         st.vstart[q] += width as u64;
         let w = st.queues[q].pop_front().expect("non-empty queue");
         st.waiting -= 1;
@@ -172,15 +172,18 @@ fn build(
     (schemas, levels): (Vec<FlowSchema>, Vec<Level>),
     old: Option<&Config>,
 ) -> Config {
-    let total: u32 = levels.iter().filter(|l| !l.exempt).map(|l| l.shares).sum();
+    let total: u64 = levels
+        .iter()
+        .filter(|l| !l.exempt)
+        .map(|l| l.shares as u64)
+        .sum();
     let levels = levels
         .into_iter()
         .map(|spec| {
             let seats = if spec.exempt {
                 usize::MAX
             } else {
-                ((server_seats as u64 * spec.shares as u64).div_ceil(total.max(1) as u64)).max(1)
-                    as usize
+                ((server_seats as u64 * spec.shares as u64).div_ceil(total.max(1))).max(1) as usize
             };
             if let Some(same) = old
                 .into_iter()
@@ -369,27 +372,61 @@ impl Apf {
             (rx, q, id)
         };
         let (rx, q, id) = rx;
-        match tokio::time::timeout(MAX_WAIT, rx).await {
-            Ok(Ok(())) => Ok((
-                Seat {
-                    level: Some(level.clone()),
-                    width,
-                },
-                class,
-            )),
+        // Until it holds a seat, the request is a `Pending`: however the wait ends — timeout,
+        // or the client going away and the future being dropped — its drop leaves the queue
+        // or gives back the seats it was just handed.
+        let mut pending = Pending {
+            level: level.clone(),
+            q,
+            id,
+            width,
+            rx: Some(rx),
+        };
+        let woken = tokio::time::timeout(MAX_WAIT, pending.rx.as_mut().expect("set above")).await;
+        match woken {
+            Ok(Ok(())) => {
+                pending.rx = None;
+                Ok((
+                    Seat {
+                        level: Some(level.clone()),
+                        width,
+                    },
+                    class,
+                ))
+            }
             _ => {
-                // Timed out: leave the queue (unless just dispatched, then give the seat back).
-                let mut st = level.state.lock().unwrap();
-                if let Some(pos) = st.queues[q].iter().position(|w| w.id == id) {
-                    st.queues[q].remove(pos);
-                    st.waiting -= 1;
-                } else {
-                    st.executing -= width;
-                    dispatch(&mut st, level.seats);
-                }
+                drop(pending);
                 Err(too_many(&level))
             }
         }
+    }
+}
+
+/// A queued request that has no seat yet (see `Apf::admit`).
+struct Pending {
+    level: Arc<LevelRuntime>,
+    q: usize,
+    id: u64,
+    width: usize,
+    /// None once the seats became a `Seat`.
+    rx: Option<oneshot::Receiver<()>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let mut st = self.level.state.lock().unwrap();
+        if let Some(pos) = st.queues[self.q].iter().position(|w| w.id == self.id) {
+            st.queues[self.q].remove(pos);
+            st.waiting -= 1;
+        } else if rx.try_recv().is_ok() {
+            // Dispatched (its seats counted) but never taken up.
+            st.executing -= self.width;
+        }
+        // A wide head leaving may let narrower requests behind it run.
+        dispatch(&mut st, self.level.seats);
     }
 }
 

@@ -188,6 +188,16 @@ fn the_default_objects_parse_back_into_upstreams_configuration() {
     let (s, l) = defaults::from_objects(&[], &[]);
     let names: Vec<_> = s.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(names, ["exempt", "catch-all"]);
+    // A schema naming a missing level is skipped.
+    let mut dangling = defaults::schema_objects()[5].clone();
+    dangling["spec"]["priorityLevelConfiguration"]["name"] = serde_json::json!("nowhere");
+    let (s, _) = defaults::from_objects(&[dangling], &defaults::level_objects());
+    assert_eq!(
+        s.len(),
+        2,
+        "only the mandatory two: {:?}",
+        s.iter().map(|x| &x.name).collect::<Vec<_>>()
+    );
     assert_eq!(l.len(), 2);
 }
 
@@ -273,4 +283,58 @@ async fn a_wide_list_waits_until_its_seats_are_free() {
     drop(narrow);
     let _wide = second.await.unwrap().unwrap();
     assert_eq!(apf.queued("global-default"), 0);
+}
+
+#[tokio::test]
+async fn a_request_that_goes_away_gives_its_seat_back() {
+    // One seat for global-default.
+    let apf = Arc::new(Apf::new(1));
+    let (alice, bob) = (user("alice", &[]), user("bob", &[]));
+    let get = attrs("get", "", "pods", "default");
+    let admit_later = |who: &UserInfo| {
+        let (apf, who, get) = (apf.clone(), who.clone(), get.clone());
+        tokio::spawn(async move { apf.admit(&who, &get).await.map(|s| s.0) })
+    };
+    // Gone while queued: it leaves the queue.
+    let (held, _) = apf.admit(&alice, &get).await.unwrap();
+    let queued_bob = admit_later(&bob);
+    queued(&apf, 1).await;
+    queued_bob.abort();
+    let _ = queued_bob.await;
+    assert_eq!(apf.queued("global-default"), 0);
+    // Gone after the seat was handed to it but before it ran: the seat comes back.
+    let woken_bob = admit_later(&bob);
+    queued(&apf, 1).await;
+    drop(held); // dispatches to bob (this runtime has not run his task yet) ...
+    woken_bob.abort(); // ... who goes away first.
+    let _ = woken_bob.await;
+    let next = tokio::time::timeout(Duration::from_secs(5), apf.admit(&alice, &get)).await;
+    assert!(
+        matches!(next, Ok(Ok(_))),
+        "the seat handed to a request that went away must come back"
+    );
+}
+
+#[test]
+fn stored_levels_are_bounded() {
+    let huge = serde_json::json!({"metadata": {"name": "x"}, "spec": {"type": "Limited", "limited": {
+        "nominalConcurrencyShares": 4_000_000_000u64,
+        "limitResponse": {"type": "Queue", "queuing": {"queues": 2_000_000_000u64, "handSize": 99, "queueLengthLimit": 0}}}}});
+    let l = defaults::parse_level(&huge).unwrap();
+    assert_eq!((l.shares, l.queues, l.hand_size), (1 << 20, 10_000, 64));
+    // Three of them do not overflow the shares' sum.
+    let (s, _) = defaults::configuration();
+    let levels = vec![
+        l.clone(),
+        Level {
+            name: "y".into(),
+            ..l.clone()
+        },
+        Level {
+            name: "z".into(),
+            ..l
+        },
+    ];
+    let cfg = build(30, [1, 1], (s, levels), None);
+    assert!(cfg.levels.iter().all(|l| l.seats >= 1));
 }
