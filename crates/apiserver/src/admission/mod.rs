@@ -109,6 +109,7 @@ impl Admission {
         def: &ResourceDef,
         ns: &str,
         obj: &mut Value,
+        dry_run: bool,
     ) -> Result<(), ApiError> {
         if def.kind == "Pod" {
             if self.has(Plugin::LimitRanger) {
@@ -138,14 +139,20 @@ impl Admission {
             }
         }
         if self.has(Plugin::ResourceQuota) && def.namespaced {
-            self.charge(def, ns, obj).await?;
+            self.charge(def, ns, obj, dry_run).await?;
         }
         Ok(())
     }
 
     /// Charges the object to every quota of its namespace that tracks it (CAS on the quota's
-    /// status), or refuses it with upstream's `exceeded quota` message.
-    async fn charge(&self, def: &ResourceDef, ns: &str, obj: &Value) -> Result<(), ApiError> {
+    /// status; a dry run only checks), or refuses it with upstream's `exceeded quota` message.
+    async fn charge(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        obj: &Value,
+        dry_run: bool,
+    ) -> Result<(), ApiError> {
         let Some(quotas) = self.registries.get(&("", "resourcequotas")) else {
             return Ok(());
         };
@@ -163,7 +170,7 @@ impl Admission {
                 None
             };
             quotas
-                .guaranteed_update(ns, &qname, false, |cur| {
+                .guaranteed_update(ns, &qname, dry_run, |cur| {
                     let hard = quota::hard(cur);
                     let used = counted.clone().unwrap_or_else(|| quota::used(cur));
                     let next = quota::check(&qname, &hard, &used, &delta).map_err(|why| {

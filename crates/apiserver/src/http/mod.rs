@@ -368,9 +368,9 @@ async fn serve(
             let fv = FieldValidation::from_query(&query)?;
             let (raw, mut body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             let warnings = fv.check(reg.def.kind, &raw, &body)?;
-            if !dry {
-                state.admission.create(reg.def, ns, &mut body).await?;
-            }
+            // Dry runs are admitted too (defaults applied, limits and quota checked); quota
+            // is then checked without being charged.
+            state.admission.create(reg.def, ns, &mut body, dry).await?;
             let obj = reg.create(ns, body, dry, manager).await?;
             Ok(with_warnings(
                 json_value(StatusCode::CREATED, &obj),

@@ -113,6 +113,18 @@ async fn limit_ranges_quotas_and_default_tolerations() {
     let pods = "/api/v1/namespaces/quota/pods";
     let req = |cpu: &str| json!({"requests": {"cpu": cpu}});
     assert_eq!(c.post(pods, &pod("p1", req("300m"))).await.0, 201);
+    // Dry runs are admitted (defaults applied, quota checked) without being charged: the
+    // "fat" refusal below still sees 300m used.
+    let dry = format!("{pods}?dryRun=All");
+    let (code, v) = c.post(&dry, &pod("dry", req("300m"))).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(
+        v["spec"]["tolerations"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    let (code, v) = c.post(&dry, &pod("dry-fat", req("900m"))).await;
+    assert_eq!(code, 403, "{v}");
     let (code, v) = c.post(pods, &pod("fat", req("800m"))).await;
     assert_eq!(code, 403, "{v}");
     assert_eq!(
