@@ -301,36 +301,22 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// A router whose `/boom` panics behind the chain, with a RequestResponse audit log.
-    async fn serve(dir: &std::path::Path) -> String {
-        let policy = dir.join("policy.yaml");
-        std::fs::write(
-            &policy,
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
-        )
-        .unwrap();
-        let audit = crate::audit::AuditConfig {
-            policy_file: Some(policy),
-            log_path: Some(dir.join("audit.log")),
-            max_size_mb: 0,
-            max_backup: 0,
-        };
+    /// Serves `path` (and `/api/v1/fine`, answering "ok") behind a chain with `limits` and
+    /// `audit`; its base URL.
+    async fn serve(
+        limits: Limits,
+        audit: Option<Auditor>,
+        path: &str,
+        route: axum::routing::MethodRouter,
+    ) -> String {
         let chain = Arc::new(Chain {
             auth: Arc::new(Auth::new(&Default::default(), &HashMap::new()).unwrap()),
-            limits: Limits::new(0, 0),
+            limits,
             apf: None,
-            audit: Auditor::new(&audit).unwrap(),
+            audit,
         });
         let app = axum::Router::new()
-            .route(
-                "/api/v1/boom",
-                axum::routing::get(|| async {
-                    if true {
-                        panic!("kaboom");
-                    }
-                    "unreachable"
-                }),
-            )
+            .route(path, route)
             .route("/api/v1/fine", axum::routing::get(|| async { "ok" }))
             .layer(axum::middleware::from_fn_with_state(chain, handle));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -344,34 +330,20 @@ mod tests {
         // One read seat; /slow's body ends only when told to.
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
-        let chain = Arc::new(Chain {
-            auth: Arc::new(Auth::new(&Default::default(), &HashMap::new()).unwrap()),
-            limits: Limits::new(1, 1),
-            apf: None,
-            audit: None,
+        let slow = axum::routing::get(move || {
+            let rx = rx.lock().unwrap().take().unwrap();
+            async move {
+                let first = futures_util::stream::once(async {
+                    Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"first "))
+                });
+                let rest = futures_util::stream::once(async move {
+                    let _ = rx.await;
+                    Ok(bytes::Bytes::from_static(b"last"))
+                });
+                Body::from_stream(first.chain(rest))
+            }
         });
-        let app = axum::Router::new()
-            .route(
-                "/api/v1/slow",
-                axum::routing::get(move || {
-                    let rx = rx.lock().unwrap().take().unwrap();
-                    async move {
-                        let first = futures_util::stream::once(async {
-                            Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"first "))
-                        });
-                        let rest = futures_util::stream::once(async move {
-                            let _ = rx.await;
-                            Ok(bytes::Bytes::from_static(b"last"))
-                        });
-                        Body::from_stream(first.chain(rest))
-                    }
-                }),
-            )
-            .route("/api/v1/fine", axum::routing::get(|| async { "ok" }))
-            .layer(axum::middleware::from_fn_with_state(chain, handle));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let base = serve(Limits::new(1, 1), None, "/api/v1/slow", slow).await;
         let http = reqwest::Client::new();
         let mut slow = http
             .get(format!("{base}/api/v1/slow"))
@@ -411,7 +383,26 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_handler_answers_500_and_is_audited_at_the_panic_stage() {
         let dir = tempfile::tempdir().unwrap();
-        let base = serve(dir.path()).await;
+        let policy = dir.path().join("policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+        )
+        .unwrap();
+        let audit = Auditor::new(&crate::audit::AuditConfig {
+            policy_file: Some(policy),
+            log_path: Some(dir.path().join("audit.log")),
+            max_size_mb: 0,
+            max_backup: 0,
+        })
+        .unwrap();
+        let boom = axum::routing::get(|| async {
+            if true {
+                panic!("kaboom");
+            }
+            "unreachable"
+        });
+        let base = serve(Limits::new(0, 0), audit, "/api/v1/boom", boom).await;
         let http = reqwest::Client::new();
         let resp = http
             .get(format!("{base}/api/v1/boom"))

@@ -255,8 +255,12 @@ pub async fn run(
                 flowcontrol::Apf::from_caches(
                     (config.max_requests_inflight + config.max_mutating_requests_inflight).max(1),
                     [
-                        cache_of(&registries, FLOWCONTROL, "flowschemas")?,
-                        cache_of(&registries, FLOWCONTROL, "prioritylevelconfigurations")?,
+                        registry::cache_of(&registries, FLOWCONTROL, "flowschemas")?,
+                        registry::cache_of(
+                            &registries,
+                            FLOWCONTROL,
+                            "prioritylevelconfigurations",
+                        )?,
                     ],
                 )
                 .with_width(list_width(&registries)),
@@ -443,17 +447,6 @@ fn list_width(
             .map_or(0, |(_, _, c)| c.len());
         flowcontrol::list_width(&a.verb, objects)
     })
-}
-
-fn cache_of(
-    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
-    group: &'static str,
-    plural: &'static str,
-) -> anyhow::Result<Arc<Cacher>> {
-    registries
-        .get(&(group, plural))
-        .and_then(|r| r.cache.clone())
-        .with_context(|| format!("the {plural} watch cache"))
 }
 
 /// Creates upstream's bootstrap objects of a group (RBAC's roles and bindings, flow control's

@@ -247,21 +247,15 @@ fn write(
     let _ = std::fs::remove_file(&tmp);
     {
         use std::io::Write;
+        // A fresh file (never one left behind, whatever its mode), created with its own mode.
         let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
+        opts.write(true).create_new(true);
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt;
             opts.mode(if private { 0o600 } else { 0o644 });
         }
         let mut f = opts.open(&tmp).map_err(io)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = if private { 0o600 } else { 0o644 };
-            f.set_permissions(std::fs::Permissions::from_mode(mode))
-                .map_err(io)?;
-        }
         f.write_all(text.as_bytes()).map_err(io)?;
         f.sync_all().map_err(io)?;
     }

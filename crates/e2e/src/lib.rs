@@ -47,16 +47,48 @@ pub fn free_port() -> u16 {
 pub use rkube_client::wait::wait_for;
 
 /// An HTTP client trusting `pki`'s CA with the admin's client certificate.
-fn admin_http(pki: &std::path::Path) -> reqwest::Client {
+/// An HTTPS client trusting `pki`'s CA; with `admin`, presenting the admin's certificate.
+pub fn https_client(pki: &Path, admin: bool) -> reqwest::Client {
     let read = |f: &str| std::fs::read(pki.join(f)).unwrap();
-    let mut id = read("admin.crt");
-    id.extend(read("admin.key"));
-    reqwest::Client::builder()
+    let mut b = reqwest::Client::builder()
         .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(&read("ca.crt")).unwrap())
-        .identity(reqwest::Identity::from_pem(&id).unwrap())
-        .build()
-        .unwrap()
+        .add_root_certificate(reqwest::Certificate::from_pem(&read("ca.crt")).unwrap());
+    if admin {
+        let mut id = read("admin.crt");
+        id.extend(read("admin.key"));
+        b = b.identity(reqwest::Identity::from_pem(&id).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// Without credentials a secure apiserver answers its health and nothing else: `/readyz`
+/// is 200, listing pods upstream's 403 for `system:anonymous`.
+pub async fn assert_anonymous_sees_only_health(server: &str, pki: &Path) {
+    let anon = https_client(pki, false);
+    let ready = anon.get(format!("{server}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let pods = anon
+        .get(format!("{server}/api/v1/pods"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pods.status(), 403);
+    let status: serde_json::Value = pods.json().await.unwrap();
+    assert_eq!(
+        status["message"],
+        "pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
+    );
+}
+
+/// kubectl with `kubeconfig`, from the workspace root.
+pub fn kubectl_with(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("kubectl on PATH")
 }
 
 /// Extra flags per component.
@@ -154,7 +186,7 @@ impl Cluster {
         };
         let kubeconfig = PathBuf::from(kubeconfig_for("admin"));
         let http = match &pki {
-            Some(p) => admin_http(p),
+            Some(p) => https_client(p, true),
             None => reqwest::Client::new(),
         };
         let mut c = Cluster {
@@ -424,26 +456,14 @@ impl Cluster {
 
     /// Runs kubectl against the cluster.
     pub fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .current_dir(workspace_root())
-            .output()
-            .expect("kubectl on PATH")
+        kubectl_with(&self.kubeconfig, args)
     }
 
     /// Runs kubectl as one of rkube-pki's identities (`controller-manager`, `scheduler`,
     /// `node-<name>`, `admin`); secure clusters only.
     pub fn kubectl_as(&self, who: &str, args: &[&str]) -> Output {
         let pki = self.pki.as_ref().expect("a secure cluster");
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(pki.join(format!("{who}.kubeconfig")))
-            .args(args)
-            .current_dir(workspace_root())
-            .output()
-            .expect("kubectl on PATH")
+        kubectl_with(&pki.join(format!("{who}.kubeconfig")), args)
     }
 
     /// kubectl that must succeed; its stdout.

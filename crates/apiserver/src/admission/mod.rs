@@ -220,12 +220,7 @@ impl Admission {
             return;
         };
         let Some(cache) = &quotas.cache else { return };
-        let all = cache
-            .list(&Filter::default(), None, 0)
-            .map(|l| l.items)
-            .unwrap_or_default();
-        for q in all {
-            let q = q.value();
+        for q in cache.values() {
             let (ns, name) = (meta::namespace(&q).to_string(), meta::name(&q).to_string());
             let hard = quota::hard(&q);
             let names: Vec<String> = hard.keys().cloned().collect();

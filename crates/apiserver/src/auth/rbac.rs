@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use rkube_api::authz::{self, Attributes, Decision, UserInfo};
 use serde_json::Value;
 
-use crate::cache::object::Filter;
 use crate::cache::Cacher;
 use crate::registry::Registry;
 
@@ -44,12 +43,7 @@ impl Rbac {
     pub fn new(
         registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
     ) -> anyhow::Result<Self> {
-        let cache = |plural: &'static str| {
-            registries
-                .get(&(GROUP, plural))
-                .and_then(|r| r.cache.clone())
-                .ok_or_else(|| anyhow::anyhow!("RBAC needs the {plural} watch cache"))
-        };
+        let cache = |plural| crate::registry::cache_of(registries, GROUP, plural);
         Ok(Rbac {
             caches: [
                 cache("clusterroles")?,
@@ -71,26 +65,21 @@ impl Rbac {
     }
 
     fn build(&self, versions: [u64; 4]) -> Snapshot {
-        let all = |c: &Cacher| -> Vec<Value> {
-            c.list(&Filter::default(), None, 0)
-                .map(|l| l.items.iter().map(|o| o.value()).collect())
-                .unwrap_or_default()
-        };
         let mut s = Snapshot {
             versions,
             ..Default::default()
         };
-        for cr in all(&self.caches[0]) {
+        for cr in self.caches[0].values() {
             s.cluster_roles.insert(meta(&cr, "name").into(), rules(&cr));
         }
-        for r in all(&self.caches[1]) {
+        for r in self.caches[1].values() {
             s.roles.insert(
                 (meta(&r, "namespace").into(), meta(&r, "name").into()),
                 rules(&r),
             );
         }
-        s.cluster_bindings = all(&self.caches[2]);
-        for b in all(&self.caches[3]) {
+        s.cluster_bindings = self.caches[2].values();
+        for b in self.caches[3].values() {
             s.bindings
                 .entry(meta(&b, "namespace").to_string())
                 .or_default()

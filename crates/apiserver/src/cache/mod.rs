@@ -253,6 +253,14 @@ impl Cacher {
         Ok((st.objects.get(key).cloned(), st.rv))
     }
 
+    /// Every object as JSON (none until the cache is ready): what the RBAC, flow control and
+    /// quota snapshots are built from.
+    pub fn values(&self) -> Vec<serde_json::Value> {
+        self.list(&Filter::default(), None, 0)
+            .map(|l| l.items.iter().map(|o| o.value()).collect())
+            .unwrap_or_default()
+    }
+
     /// Objects matching `filter` in key order, starting after `after` (a full key), at the
     /// cache's revision. Stops after `limit` matches (0 = all); also says whether more match.
     pub fn list(

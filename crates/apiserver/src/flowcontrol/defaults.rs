@@ -306,20 +306,65 @@ pub fn schema_objects() -> Vec<Value> {
 }
 
 fn strings(v: &Value, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    items(v, key)
+        .iter()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
 }
 
 fn object_uid(obj: &Value, kind: &str, name: &str) -> String {
     obj.pointer("/metadata/uid")
         .and_then(Value::as_str)
         .map_or_else(|| uid(kind, name), str::to_string)
+}
+
+/// The array at `key` (empty when absent).
+fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// A `PolicyRulesWithSubjects` object.
+fn parse_policy(p: &Value) -> Policy {
+    let subjects = items(p, "subjects")
+        .iter()
+        .filter_map(parse_subject)
+        .collect();
+    let resource_rules = items(p, "resourceRules").iter().map(|r| Rule::Resource {
+        verbs: strings(r, "verbs"),
+        groups: strings(r, "apiGroups"),
+        resources: strings(r, "resources"),
+        cluster_scope: r
+            .get("clusterScope")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        namespaces: strings(r, "namespaces"),
+    });
+    let url_rules = items(p, "nonResourceRules")
+        .iter()
+        .map(|r| Rule::NonResource {
+            verbs: strings(r, "verbs"),
+            urls: strings(r, "nonResourceURLs"),
+        });
+    Policy {
+        subjects,
+        rules: resource_rules.chain(url_rules).collect(),
+    }
+}
+
+/// A subject (None: an unknown kind or a missing name).
+fn parse_subject(s: &Value) -> Option<Subject> {
+    let get = |ptr: &str| s.pointer(ptr).and_then(Value::as_str).map(str::to_string);
+    match s.get("kind")?.as_str()? {
+        "User" => Some(Subject::User(get("/user/name")?)),
+        "Group" => Some(Subject::Group(get("/group/name")?)),
+        "ServiceAccount" => Some(Subject::ServiceAccount(
+            get("/serviceAccount/namespace")?,
+            get("/serviceAccount/name")?,
+        )),
+        _ => None,
+    }
 }
 
 /// A FlowSchema object as the dispatcher uses it (None: not one).
@@ -334,63 +379,7 @@ pub fn parse_schema(obj: &Value) -> Option<FlowSchema> {
         Some("ByNamespace") => Some(By::Namespace),
         _ => None,
     };
-    let policies = spec
-        .get("rules")
-        .and_then(Value::as_array)
-        .map(|rules| {
-            rules
-                .iter()
-                .map(|p| {
-                    let subjects = p
-                        .get("subjects")
-                        .and_then(Value::as_array)
-                        .map(|ss| {
-                            ss.iter()
-                                .filter_map(|s| {
-                                    let get = |ptr: &str| {
-                                        s.pointer(ptr).and_then(Value::as_str).map(str::to_string)
-                                    };
-                                    match s.get("kind")?.as_str()? {
-                                        "User" => Some(Subject::User(get("/user/name")?)),
-                                        "Group" => Some(Subject::Group(get("/group/name")?)),
-                                        "ServiceAccount" => Some(Subject::ServiceAccount(
-                                            get("/serviceAccount/namespace")?,
-                                            get("/serviceAccount/name")?,
-                                        )),
-                                        _ => None,
-                                    }
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let list = |key: &str| {
-                        p.get(key)
-                            .and_then(Value::as_array)
-                            .cloned()
-                            .unwrap_or_default()
-                    };
-                    let mut rules: Vec<Rule> = list("resourceRules")
-                        .iter()
-                        .map(|r| Rule::Resource {
-                            verbs: strings(r, "verbs"),
-                            groups: strings(r, "apiGroups"),
-                            resources: strings(r, "resources"),
-                            cluster_scope: r
-                                .get("clusterScope")
-                                .and_then(Value::as_bool)
-                                .unwrap_or(false),
-                            namespaces: strings(r, "namespaces"),
-                        })
-                        .collect();
-                    rules.extend(list("nonResourceRules").iter().map(|r| Rule::NonResource {
-                        verbs: strings(r, "verbs"),
-                        urls: strings(r, "nonResourceURLs"),
-                    }));
-                    Policy { subjects, rules }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let policies = items(spec, "rules").iter().map(parse_policy).collect();
     Some(FlowSchema {
         uid: object_uid(obj, "FlowSchema", &name),
         precedence: spec

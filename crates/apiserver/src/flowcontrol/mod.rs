@@ -22,7 +22,6 @@ use tokio::sync::oneshot;
 
 pub use defaults::{FlowSchema, Level, Subject};
 
-use crate::cache::object::Filter;
 use crate::cache::Cacher;
 
 /// How long a queued request may wait for a seat.
@@ -249,12 +248,7 @@ impl Apf {
         };
         let versions = sources.each_ref().map(|c| c.resource_version());
         if versions != cfg.versions {
-            let all = |c: &Cacher| -> Vec<serde_json::Value> {
-                c.list(&Filter::default(), None, 0)
-                    .map(|l| l.items.iter().map(|o| o.value()).collect())
-                    .unwrap_or_default()
-            };
-            let (schemas, levels) = (all(&sources[0]), all(&sources[1]));
+            let (schemas, levels) = (sources[0].values(), sources[1].values());
             let parsed = if schemas.is_empty() && levels.is_empty() {
                 defaults::configuration()
             } else {

@@ -185,6 +185,12 @@ fn i(obj: &Value, ptr: &str) -> i64 {
     obj.pointer(ptr).and_then(|v| v.as_i64()).unwrap_or(0)
 }
 
+/// A number as kubectl prints it, `<none>` when absent.
+fn number(obj: &Value, ptr: &str) -> String {
+    obj.pointer(ptr)
+        .map_or_else(|| "<none>".to_string(), |v| v.to_string())
+}
+
 fn or_none(v: String) -> String {
     if v.is_empty() {
         "<none>".into()
@@ -415,35 +421,22 @@ fn cells(kind: &str, obj: &Value, now: i64) -> Vec<Value> {
             json!(s(obj, "/spec/holderIdentity")),
             json!(age(obj, now, "creationTimestamp")),
         ],
-        "FlowSchema" => {
-            let n = |p: &str| {
-                obj.pointer(p)
-                    .map_or("<none>".to_string(), |v| v.to_string())
-            };
-            vec![
-                name,
-                json!(s(obj, "/spec/priorityLevelConfiguration/name")),
-                json!(n("/spec/matchingPrecedence")),
-                json!(obj
-                    .pointer("/spec/distinguisherMethod/type")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("<none>")),
-                json!(age(obj, now, "creationTimestamp")),
-            ]
-        }
+        "FlowSchema" => vec![
+            name,
+            json!(s(obj, "/spec/priorityLevelConfiguration/name")),
+            json!(number(obj, "/spec/matchingPrecedence")),
+            json!(or_none(s(obj, "/spec/distinguisherMethod/type"))),
+            json!(age(obj, now, "creationTimestamp")),
+        ],
         "PriorityLevelConfiguration" => {
-            let n = |p: &str| {
-                obj.pointer(p)
-                    .map_or("<none>".to_string(), |v| v.to_string())
-            };
             let q = "/spec/limited/limitResponse/queuing";
             vec![
                 name,
                 json!(s(obj, "/spec/type")),
-                json!(n("/spec/limited/nominalConcurrencyShares")),
-                json!(n(&format!("{q}/queues"))),
-                json!(n(&format!("{q}/handSize"))),
-                json!(n(&format!("{q}/queueLengthLimit"))),
+                json!(number(obj, "/spec/limited/nominalConcurrencyShares")),
+                json!(number(obj, &format!("{q}/queues"))),
+                json!(number(obj, &format!("{q}/handSize"))),
+                json!(number(obj, &format!("{q}/queueLengthLimit"))),
                 json!(age(obj, now, "creationTimestamp")),
             ]
         }

@@ -70,6 +70,18 @@ pub enum Deleted {
     Pending(Value),
 }
 
+/// The watch cache of `group`/`plural`, which a snapshot (RBAC, flow control) is built from.
+pub fn cache_of(
+    registries: &std::collections::HashMap<(&'static str, &'static str), Arc<Registry>>,
+    group: &'static str,
+    plural: &'static str,
+) -> anyhow::Result<Arc<crate::cache::Cacher>> {
+    registries
+        .get(&(group, plural))
+        .and_then(|r| r.cache.clone())
+        .ok_or_else(|| anyhow::anyhow!("the {plural} watch cache is missing"))
+}
+
 pub struct Registry {
     pub def: &'static ResourceDef,
     pub storage: Arc<Storage>,

@@ -45,9 +45,52 @@ struct Stack {
     project: String,
     env: Vec<(String, String)>,
     profile: Option<&'static str>,
+    /// The published apiserver port.
+    port: u16,
+    /// Where the stack's `pki` step writes (a bind mount).
+    pki: tempfile::TempDir,
+    /// The admin kubeconfig it wrote there.
+    kubeconfig: String,
 }
 
 impl Stack {
+    /// Brings a stack up on a free port with its own certificate directory and waits for its
+    /// three nodes.
+    async fn up(
+        cmd: Vec<String>,
+        project: String,
+        profile: Option<&'static str>,
+        extra_env: &[(&str, &str)],
+    ) -> Stack {
+        let port = free_port();
+        let pki = tempfile::tempdir().unwrap();
+        let kubeconfig = pki.path().join("admin.kubeconfig");
+        let mut env = vec![
+            ("RKUBE_API_PORT".to_string(), port.to_string()),
+            (
+                "RKUBE_PKI_DIR".to_string(),
+                pki.path().to_str().unwrap().to_string(),
+            ),
+        ];
+        env.extend(
+            extra_env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        let stack = Stack {
+            cmd,
+            project,
+            env,
+            profile,
+            port,
+            kubeconfig: kubeconfig.to_str().unwrap().to_string(),
+            pki,
+        };
+        stack.ok(&["up", "-d"]);
+        wait_cluster(&stack.kubeconfig).await;
+        stack
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         let mut c = Command::new(&self.cmd[0]);
         c.args(&self.cmd[1..]).args(["-p", &self.project]);
@@ -80,13 +123,7 @@ impl Drop for Stack {
 
 /// kubectl with the admin kubeconfig the stack's `pki` step wrote.
 fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .expect("kubectl")
+    rkube_e2e::kubectl_with(std::path::Path::new(kubeconfig), args)
 }
 
 async fn wait_cluster(kubeconfig: &str) {
@@ -128,47 +165,25 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
     );
 
     // rkube-store profile: the scripted nginx end-to-end, over HTTPS as the admin.
-    let port = free_port();
-    let pki = tempfile::tempdir().unwrap();
-    let kc = pki
-        .path()
-        .join("admin.kubeconfig")
-        .to_str()
-        .unwrap()
-        .to_string();
-    let stack = Stack {
-        cmd: cmd.clone(),
-        project: format!("rkube-e2e-{}", std::process::id()),
-        env: vec![
-            ("RKUBE_API_PORT".into(), port.to_string()),
-            ("RKUBE_PKI_DIR".into(), pki.path().to_str().unwrap().into()),
-        ],
-        profile: None,
-    };
-    stack.ok(&["up", "-d"]);
-    wait_cluster(&kc).await;
+    let stack = Stack::up(
+        cmd.clone(),
+        format!("rkube-e2e-{}", std::process::id()),
+        None,
+        &[],
+    )
+    .await;
+    let (port, kc) = (stack.port, stack.kubeconfig.clone());
     let admin = std::fs::read_to_string(&kc).unwrap();
     assert!(
         admin.contains(&format!("server: https://127.0.0.1:{port}")),
         "{admin}"
     );
     // Without credentials the apiserver answers only the public health paths.
-    let ca = std::fs::read(pki.path().join("ca.crt")).unwrap();
-    let anon = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
-        .build()
-        .unwrap();
-    let url = |path: &str| format!("https://127.0.0.1:{port}{path}");
-    let ready = anon.get(url("/readyz")).send().await.unwrap();
-    assert_eq!(ready.status(), 200);
-    let pods = anon.get(url("/api/v1/pods")).send().await.unwrap();
-    assert_eq!(pods.status(), 403);
-    let status: serde_json::Value = pods.json().await.unwrap();
-    assert_eq!(
-        status["message"],
-        "pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
-    );
+    rkube_e2e::assert_anonymous_sees_only_health(
+        &format!("https://127.0.0.1:{port}"),
+        stack.pki.path(),
+    )
+    .await;
     let e2e = Command::new("bash")
         .arg(workspace_root().join("scripts/e2e-nginx.sh"))
         .env("KUBECONFIG", &kc)
@@ -183,29 +198,17 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
     drop(stack);
 
     // etcd profile: three members; one killed, the cluster still serves reads and writes.
-    let port = free_port();
-    let pki = tempfile::tempdir().unwrap();
-    let kc = pki
-        .path()
-        .join("admin.kubeconfig")
-        .to_str()
-        .unwrap()
-        .to_string();
-    let stack = Stack {
+    let stack = Stack::up(
         cmd,
-        project: format!("rkube-e2e-etcd-{}", std::process::id()),
-        env: vec![
-            ("RKUBE_API_PORT".into(), port.to_string()),
-            ("RKUBE_PKI_DIR".into(), pki.path().to_str().unwrap().into()),
-            (
-                "RKUBE_ETCD_SERVERS".into(),
-                "http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379".into(),
-            ),
-        ],
-        profile: Some("etcd"),
-    };
-    stack.ok(&["up", "-d"]);
-    wait_cluster(&kc).await;
+        format!("rkube-e2e-etcd-{}", std::process::id()),
+        Some("etcd"),
+        &[(
+            "RKUBE_ETCD_SERVERS",
+            "http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379",
+        )],
+    )
+    .await;
+    let kc = stack.kubeconfig.clone();
     let o = kubectl(&kc, &["apply", "-f", "e2e/nginx.yml"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     stack.ok(&["kill", "etcd-2"]);

@@ -64,24 +64,7 @@ async fn kubectl_creates_nginx_and_the_pod_runs_on_etcd() {
 /// and no secrets; the components' identities are the upstream ones.
 async fn secure_by_default(c: &Cluster) {
     assert!(c.server.starts_with("https://"), "{}", c.server);
-    let ca = std::fs::read(c.pki.as_ref().unwrap().join("ca.crt")).unwrap();
-    let anon = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
-        .build()
-        .unwrap();
-    let ready = anon
-        .get(format!("{}/readyz", c.server))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ready.status(), 200);
-    let pods = anon
-        .get(format!("{}/api/v1/pods", c.server))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(pods.status(), 403);
+    rkube_e2e::assert_anonymous_sees_only_health(&c.server, c.pki.as_ref().unwrap()).await;
 
     let pod_line = c
         .running_pods("app=nginx")
