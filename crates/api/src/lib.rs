@@ -24,7 +24,7 @@ pub mod taints;
 pub mod validation;
 
 pub use fields::FieldSelector;
-pub use options::{DeleteOptions, ListOptions, Propagation};
+pub use options::{DeleteOptions, ListOptions, Propagation, Query};
 pub use resources::{ResourceDef, RESOURCES};
 pub use selector::LabelSelector;
 pub use status::{ApiError, GroupResource, Status, StatusCause, StatusDetails};

@@ -6,7 +6,84 @@ use crate::fields::FieldSelector;
 use crate::selector::LabelSelector;
 use crate::status::{ApiError, StatusCause};
 
-/// Splits and percent-decodes a query string.
+/// A request's query, percent-decoded, with every key at most once: a repeated key could be
+/// read one way by one stage (authorization, limits) and another way by the handler, so it is
+/// refused. Every stage reads the same `Query`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+/// The longest query accepted (selectors of thousands of terms fit).
+pub const MAX_QUERY_BYTES: usize = 64 * 1024;
+
+impl Query {
+    /// Parses a raw query string; a repeated key or an oversized query is a 400.
+    pub fn parse(raw: &str) -> Result<Self, ApiError> {
+        if raw.len() > MAX_QUERY_BYTES {
+            return Err(ApiError::bad_request(format!(
+                "the query string is too long: {} bytes, the limit is {MAX_QUERY_BYTES}",
+                raw.len()
+            )));
+        }
+        let pairs = parse_query(raw);
+        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+        for (k, _) in &pairs {
+            if !seen.insert(k.as_str()) {
+                return Err(ApiError::bad_request(format!(
+                    "the query parameter {k:?} is given more than once"
+                )));
+            }
+        }
+        Ok(Query { pairs })
+    }
+
+    /// Builds a query from pairs (tests and internal callers), refusing repeats like `parse`.
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Result<Self, ApiError> {
+        let raw: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+            .collect();
+        Self::parse(&raw.join("&"))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// apimachinery's boolean parameter: absent is false, `0`/`false` are false, anything
+    /// else (also `?watch` and `?watch=`) is true.
+    pub fn flag(&self, key: &str) -> bool {
+        self.get(key).is_some_and(query_bool)
+    }
+
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+}
+
+/// Percent-encodes everything but unreserved characters.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Splits and percent-decodes a query string (repeats kept; `Query::parse` refuses them).
 pub fn parse_query(q: &str) -> Vec<(String, String)> {
     q.split('&')
         .filter(|p| !p.is_empty())
@@ -75,13 +152,14 @@ fn invalid_list_options(causes: Vec<StatusCause>) -> ApiError {
 }
 
 impl ListOptions {
-    /// Parses list/watch query parameters. `legacy_watch` is true for `/watch/` paths.
-    pub fn from_query(pairs: &[(String, String)], legacy_watch: bool) -> Result<Self, ApiError> {
+    /// Parses list/watch query parameters. Whether the request is a watch was decided once,
+    /// by the request info (the `watch` parameter or a `/watch/` path); it is not read again.
+    pub fn from_query(q: &Query, watch: bool) -> Result<Self, ApiError> {
         let mut o = ListOptions {
-            watch: legacy_watch,
+            watch,
             ..Default::default()
         };
-        for (k, v) in pairs {
+        for (k, v) in q.pairs() {
             match k.as_str() {
                 "labelSelector" => {
                     o.label_selector = LabelSelector::parse(v).map_err(|e| {
@@ -101,7 +179,6 @@ impl ListOptions {
                     })?
                 }
                 "continue" if !v.is_empty() => o.continue_token = Some(v.clone()),
-                "watch" => o.watch = query_bool(v),
                 "allowWatchBookmarks" => o.allow_watch_bookmarks = query_bool(v),
                 "sendInitialEvents" => o.send_initial_events = Some(query_bool(v)),
                 "timeoutSeconds" => {
@@ -210,7 +287,7 @@ pub struct DeleteOptions {
 
 impl DeleteOptions {
     /// Merges the JSON body (a `DeleteOptions` object, possibly empty) and the query.
-    pub fn parse(body: &[u8], pairs: &[(String, String)]) -> Result<Self, ApiError> {
+    pub fn parse(body: &[u8], q: &Query) -> Result<Self, ApiError> {
         let mut o = DeleteOptions::default();
         if body.iter().any(|b| !b.is_ascii_whitespace()) {
             let v: serde_json::Value = serde_json::from_slice(body)
@@ -239,7 +316,7 @@ impl DeleteOptions {
                 .and_then(|d| d.as_array())
                 .is_some_and(|a| a.iter().any(|x| x == "All"));
         }
-        for (k, v) in pairs {
+        for (k, v) in q.pairs() {
             match k.as_str() {
                 "gracePeriodSeconds" => {
                     o.grace_period_seconds = Some(v.parse().map_err(|_| {
@@ -289,46 +366,48 @@ fn parse_propagation(p: &str) -> Result<Propagation, ApiError> {
 }
 
 /// `dryRun=All` on a mutating request; any other value is refused as upstream does.
-pub fn dry_run(pairs: &[(String, String)]) -> Result<bool, ApiError> {
-    let mut dry = false;
-    for (k, v) in pairs {
-        if k == "dryRun" {
-            if v == "All" {
-                dry = true;
-            } else {
-                return Err(ApiError::bad_request(format!(
-                    "Invalid dry run value: {v:?}"
-                )));
-            }
-        }
+pub fn dry_run(q: &Query) -> Result<bool, ApiError> {
+    match q.get("dryRun") {
+        None => Ok(false),
+        Some("All") => Ok(true),
+        Some(v) => Err(ApiError::bad_request(format!(
+            "Invalid dry run value: {v:?}"
+        ))),
     }
-    Ok(dry)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn q(s: &str) -> Vec<(String, String)> {
-        parse_query(s)
+    fn q(s: &str) -> Query {
+        Query::parse(s).unwrap()
+    }
+
+    /// What the request info decides from `watch`.
+    fn w(s: &str) -> bool {
+        q(s).flag("watch")
     }
 
     #[test]
     fn query_booleans_as_upstream() {
-        assert!(ListOptions::from_query(&q("watch=1"), false).unwrap().watch);
-        assert!(ListOptions::from_query(&q("watch="), false).unwrap().watch);
-        assert!(
-            ListOptions::from_query(&q("watch=true"), false)
-                .unwrap()
-                .watch
-        );
-        assert!(
-            !ListOptions::from_query(&q("watch=false"), false)
-                .unwrap()
-                .watch
-        );
-        assert!(!ListOptions::from_query(&q("watch=0"), false).unwrap().watch);
+        assert!(w("watch=1") && w("watch=") && w("watch") && w("watch=true"));
+        assert!(!w("watch=false") && !w("watch=0") && !w(""));
         assert!(ListOptions::from_query(&q(""), true).unwrap().watch);
+        // The watch decision is the caller's; the key itself is not read twice.
+        assert!(!ListOptions::from_query(&q("watch=1"), false).unwrap().watch);
+    }
+
+    #[test]
+    fn repeated_keys_are_refused() {
+        let e = Query::parse("watch=1&watch=0").unwrap_err();
+        assert_eq!(e.code(), 400);
+        assert!(e.status().message.contains("\"watch\""), "{}", e.status().message);
+        assert!(Query::parse("a=1&b=2").is_ok());
+        assert!(Query::parse(&"x".repeat(MAX_QUERY_BYTES + 1)).is_err());
+        let built = Query::from_pairs(&[("labelSelector", "a in (x,y)"), ("k", "&=")]).unwrap();
+        assert_eq!(built.get("labelSelector"), Some("a in (x,y)"));
+        assert_eq!(built.get("k"), Some("&="));
     }
 
     #[test]
@@ -360,14 +439,14 @@ mod tests {
             .status()
             .message
             .contains("sendInitialEvents is forbidden for list"));
-        let e = ListOptions::from_query(&q("watch=1&sendInitialEvents=true"), false).unwrap_err();
+        let e = ListOptions::from_query(&q("sendInitialEvents=true"), true).unwrap_err();
         assert!(e
             .status()
             .message
             .contains("requires setting resourceVersionMatch to NotOlderThan"));
         assert!(ListOptions::from_query(
-            &q("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
-            false
+            &q("sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
+            true
         )
         .is_ok());
         let e = ListOptions::from_query(&q("resourceVersion=abc"), false).unwrap_err();

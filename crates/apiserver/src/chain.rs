@@ -17,9 +17,10 @@ use rkube_api::authz::{self, UserInfo};
 use rkube_api::ApiError;
 
 use crate::audit::{Auditor, Level, Record, Stage};
-use crate::auth::{attributes, Auth};
+use crate::auth::Auth;
 use crate::http::{error_response, read_body};
-use crate::inflight::{long_running, Limits};
+use crate::inflight::{Limits, WatchGuard, Watches};
+use crate::request::RequestInfo;
 
 pub struct Chain {
     pub auth: Arc<Auth>,
@@ -28,6 +29,8 @@ pub struct Chain {
     /// API Priority and Fairness (`--enable-priority-and-fairness`).
     pub apf: Option<crate::flowcontrol::Apf>,
     pub audit: Option<Auditor>,
+    /// Open watches per user.
+    pub watches: Watches,
 }
 
 /// A request's seat: under the legacy limits or APF (with its classification headers).
@@ -36,6 +39,8 @@ struct Admitted {
     _legacy: Option<tokio::sync::OwnedSemaphorePermit>,
     _apf: Option<crate::flowcontrol::Seat>,
     class: Option<crate::flowcontrol::Classification>,
+    /// A watch's slot among its user's watches, held for as long as the stream.
+    watch: Option<WatchGuard>,
 }
 
 impl Admitted {
@@ -85,10 +90,14 @@ impl http_body::Body for Seated {
 }
 
 impl Admitted {
-    /// Labels the response and ties the seat to its body.
-    fn attach(self, resp: Response) -> Response {
+    /// Labels the response and ties the seat (or the watch slot) to its body.
+    fn attach(mut self, resp: Response) -> Response {
         let mut resp = resp;
         self.label(&mut resp);
+        if let Some(slot) = self.watch.take() {
+            // A watch holds no seat; its slot lasts as long as its stream.
+            return resp.map(|body| Body::new(Guarded { body, _guard: slot }));
+        }
         if self._legacy.is_none() && self._apf.is_none() {
             return resp;
         }
@@ -98,6 +107,32 @@ impl Admitted {
             let _ = tokio::time::timeout(SEAT_LIMIT, body_ended).await;
         });
         resp.map(|body| Body::new(Seated { body, _done: done }))
+    }
+}
+
+/// A response body that keeps a guard until it is dropped.
+struct Guarded<G> {
+    body: Body,
+    _guard: G,
+}
+
+impl<G: Unpin + Send + 'static> http_body::Body for Guarded<G> {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -133,9 +168,13 @@ async fn run_guarded(next: Next, req: Request) -> Result<Response, String> {
         })
 }
 
-pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Next) -> Response {
-    let query = req.uri().query().unwrap_or("").to_string();
-    let attrs = attributes(req.method(), req.uri().path(), &query);
+pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -> Response {
+    // Parsed once: every stage below reads this, and the handler gets it as an extension.
+    let info = match RequestInfo::parse(req.method(), req.uri()) {
+        Ok(i) => Arc::new(i),
+        Err(e) => return error_response(&e),
+    };
+    let attrs = info.attributes();
     let peer = req
         .extensions()
         .get::<ConnectInfo<crate::tls::Peer>>()
@@ -151,14 +190,12 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
             Ok(u) => u,
             Err(e) => return error_response(&e),
         };
-        return match admit(&chain, &user, &attrs, &query).await {
-            Ok(seat) => {
-                req.extensions_mut().insert(user);
-                match run_guarded(next, req).await {
-                    Ok(resp) => seat.attach(resp),
-                    Err(_) => error_response(&ApiError::internal(PANIC_MESSAGE)),
-                }
-            }
+        let req = match read_whole_body(req).await {
+            Ok(r) => r,
+            Err(e) => return error_response(&e),
+        };
+        return match admit(&chain, &user, &info, &attrs).await {
+            Ok(seat) => seat.attach(run(next, req, user, info).await),
             Err(e) => error_response(&e),
         };
     };
@@ -204,21 +241,21 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         Ok(u) => u,
         Err(e) => return refuse(&record, &e),
     };
-    if level >= Level::Request && !matches!(req.method().as_str(), "GET" | "HEAD") {
-        let (parts, body) = req.into_parts();
-        let bytes = match read_body(body).await {
-            Ok(b) => b,
-            Err(e) => return refuse(&record, &e),
-        };
-        record.attach("requestObject", &bytes, auditor.omit_managed_fields());
-        req = Request::from_parts(parts, Body::from(bytes));
+    let req = match read_whole_body(req).await {
+        Ok(r) => r,
+        Err(e) => return refuse(&record, &e),
+    };
+    if level >= Level::Request {
+        if let Some(bytes) = req.extensions().get::<BodyBytes>() {
+            record.attach("requestObject", &bytes.0, auditor.omit_managed_fields());
+        }
     }
-    let seat = match admit(&chain, &user, &attrs, &query).await {
+    let seat = match admit(&chain, &user, &info, &attrs).await {
         Ok(s) => s,
         Err(e) => return refuse(&record, &e),
     };
-    req.extensions_mut().insert(user);
-    let resp = match run_guarded(next, req).await {
+    let long_running = info.long_running();
+    let resp = match run_guarded(next, with_identity(req, user, info)).await {
         Ok(resp) => seat.attach(resp),
         Err(_) => {
             drop(seat);
@@ -229,7 +266,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
         }
     };
     let code = resp.status().as_u16();
-    if long_running(&attrs, &query) && code == 200 {
+    if long_running && code == 200 {
         if record.wants(Stage::ResponseStarted) {
             auditor.emit(record.at(Stage::ResponseStarted, Some(code)));
         }
@@ -267,31 +304,63 @@ pub async fn handle(State(chain): State<Arc<Chain>>, mut req: Request, next: Nex
     with_id(resp)
 }
 
-/// A seat (APF, else the legacy in-flight limits), then authorization.
+/// The request's body as read by the chain (also what audit records).
+#[derive(Clone)]
+pub struct BodyBytes(pub bytes::Bytes);
+
+/// Reads the whole body of a request that has one, under the body limits (size, and the
+/// time it may take), before the request takes a seat: a slow upload holds a connection,
+/// never a seat of its priority level.
+async fn read_whole_body(req: Request) -> Result<Request, ApiError> {
+    if matches!(req.method().as_str(), "GET" | "HEAD" | "OPTIONS") {
+        return Ok(req);
+    }
+    let (mut parts, body) = req.into_parts();
+    let bytes = read_body(body).await?;
+    parts.extensions.insert(BodyBytes(bytes.clone()));
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// The request as the handler gets it: with its user and its request info.
+fn with_identity(mut req: Request, user: UserInfo, info: Arc<RequestInfo>) -> Request {
+    req.extensions_mut().insert(user);
+    req.extensions_mut().insert(info);
+    req
+}
+
+/// Runs the handler without auditing: a panic is a 500.
+async fn run(next: Next, req: Request, user: UserInfo, info: Arc<RequestInfo>) -> Response {
+    match run_guarded(next, with_identity(req, user, info)).await {
+        Ok(resp) => resp,
+        Err(_) => error_response(&ApiError::internal(PANIC_MESSAGE)),
+    }
+}
+
+/// A seat (APF, else the legacy in-flight limits; none for long-running requests and health
+/// checks), a watch slot of the user's, then authorization.
 async fn admit(
     chain: &Chain,
     user: &UserInfo,
+    info: &RequestInfo,
     attrs: &authz::Attributes,
-    query: &str,
 ) -> Result<Admitted, ApiError> {
-    let seat = match &chain.apf {
-        Some(apf) if !long_running(attrs, query) => {
-            let (seat, class) = apf.admit(user, attrs).await?;
-            Admitted {
-                _legacy: None,
-                _apf: Some(seat),
-                class: Some(class),
+    let mut seat = Admitted::default();
+    if !info.long_running() && !info.is_health() {
+        match &chain.apf {
+            Some(apf) => {
+                let (s, class) = apf.admit(user, attrs).await?;
+                seat._apf = Some(s);
+                seat.class = Some(class);
             }
+            None => seat._legacy = chain.limits.admit(&attrs.verb)?,
         }
-        Some(_) => Admitted::default(),
-        None => Admitted {
-            _legacy: chain.limits.admit(attrs, query)?,
-            ..Default::default()
-        },
-    };
+    }
     if let Err(why) = chain.auth.authorize(user, attrs) {
         tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource, path = %attrs.path, "forbidden");
         return Err(authz::forbidden(user, attrs, &why));
+    }
+    if info.verb == "watch" {
+        seat.watch = Some(chain.watches.admit(&user.name)?);
     }
     Ok(seat)
 }
@@ -314,6 +383,7 @@ mod tests {
             limits,
             apf: None,
             audit,
+            watches: Watches::new(0),
         });
         let app = axum::Router::new()
             .route(path, route)

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod pki;
 pub mod reconcile;
 pub mod registry;
+pub mod request;
 pub mod storage;
 pub mod tls;
 
@@ -74,6 +75,8 @@ pub struct Config {
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight` (0 = no limit).
     pub max_mutating_requests_inflight: usize,
+    /// Open watches one user may hold (0 = no limit).
+    pub max_watches_per_user: usize,
 }
 
 impl Config {
@@ -96,6 +99,7 @@ impl Config {
             priority_and_fairness: false,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
+            max_watches_per_user: 10_000,
         }
     }
 }
@@ -268,6 +272,7 @@ pub async fn run(
             false => None,
         },
         audit: audit::Auditor::new(&config.audit)?,
+        watches: inflight::Watches::new(config.max_watches_per_user),
     });
     if config.auth.modes.contains(&auth::Mode::Rbac) {
         bootstrap(

@@ -67,6 +67,9 @@ struct Flags {
     /// Mutating requests served at once; more get 429 (0 = no limit).
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
+    /// Open watches one user may hold; beyond it a new watch gets 429 (0 = no limit).
+    #[arg(long, default_value_t = 10_000)]
+    max_watches_per_user: usize,
     /// An audit.k8s.io/v1 Policy; with --audit-log-path, turns auditing on.
     #[arg(long)]
     audit_policy_file: Option<std::path::PathBuf>,
@@ -119,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
     config.cache.bookmark_interval = f.watch_bookmark_interval.into();
     config.max_requests_inflight = f.max_requests_inflight;
     config.max_mutating_requests_inflight = f.max_mutating_requests_inflight;
+    config.max_watches_per_user = f.max_watches_per_user;
     config.audit = rkube_apiserver::audit::AuditConfig {
         policy_file: f.audit_policy_file.clone(),
         log_path: f.audit_log_path.clone(),

@@ -11,11 +11,9 @@ pub mod tokens;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::http::Method;
 use rkube_api::authz::{self, Attributes, Decision, UserInfo};
 use rkube_api::ApiError;
 
-use crate::http::{request, reviews};
 use crate::registry::Registry;
 
 /// One step of `--authorization-mode`.
@@ -175,54 +173,4 @@ impl Auth {
         let (obj, _) = cache.get(&pods.key(ns, name)).ok()?;
         obj.map(|o| o.node().to_string())
     }
-}
-
-/// A request's authorization attributes, from its method, path and query.
-pub fn attributes(method: &Method, path: &str, query: &str) -> Attributes {
-    let watch = query
-        .split('&')
-        .any(|kv| kv == "watch=true" || kv == "watch=1");
-    if let Some(def) = reviews::find(path) {
-        return Attributes {
-            verb: verb(method, false, false),
-            resource_request: true,
-            api_group: def.group.into(),
-            resource: def.plural.into(),
-            path: path.into(),
-            ..Default::default()
-        };
-    }
-    match request::parse(path) {
-        Ok(Some(info)) => Attributes {
-            verb: verb(method, info.name.is_some(), watch || info.legacy_watch),
-            resource_request: true,
-            api_group: info.def.group.into(),
-            resource: info.def.plural.into(),
-            subresource: info.subresource.clone().unwrap_or_default(),
-            namespace: info.namespace.clone().unwrap_or_default(),
-            name: info.name.clone().unwrap_or_default(),
-            path: path.into(),
-        },
-        _ => Attributes {
-            verb: method.as_str().to_lowercase(),
-            resource_request: false,
-            path: path.into(),
-            ..Default::default()
-        },
-    }
-}
-
-fn verb(method: &Method, named: bool, watch: bool) -> String {
-    match (method.as_str(), named) {
-        ("GET" | "HEAD", _) if watch => "watch",
-        ("GET" | "HEAD", true) => "get",
-        ("GET" | "HEAD", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        (other, _) => return other.to_lowercase(),
-    }
-    .into()
 }

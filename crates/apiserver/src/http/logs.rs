@@ -58,14 +58,11 @@ pub async fn pod_log(
     pods: &Registry,
     ns: &str,
     name: &str,
-    query: &[(String, String)],
+    query: &rkube_api::Query,
 ) -> Result<Response, ApiError> {
     let pod: Value =
         serde_json::from_slice(&pods.get(ns, name, None).await?).unwrap_or(Value::Null);
-    let asked = query
-        .iter()
-        .find(|(k, _)| k == "container")
-        .map(|(_, v)| v.as_str());
+    let asked = query.get("container");
     let container = container_of(&pod, name, asked)?;
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
@@ -93,6 +90,7 @@ pub async fn pod_log(
         .unwrap_or(10250);
     let mut url = format!("http://{ip}:{port}/containerLogs/{ns}/{name}/{container}");
     let forwarded: Vec<String> = query
+        .pairs()
         .iter()
         .filter(|(k, _)| FORWARDED.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={v}"))

@@ -4,7 +4,6 @@
 pub mod discovery;
 pub mod logs;
 pub mod openapi;
-pub mod request;
 pub mod reviews;
 pub mod subresources;
 pub mod table;
@@ -19,11 +18,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use rkube_api::options::{dry_run, parse_query};
-use rkube_api::{meta, ApiError, DeleteOptions, ListOptions, Status};
+use rkube_api::options::dry_run;
+use rkube_api::{meta, ApiError, DeleteOptions, ListOptions, Query, Status};
 use serde_json::Value;
 
 use crate::registry::{Deleted, ListResult, PatchType, Registry};
+use crate::request::{self, RequestInfo};
 
 /// Request bodies above this are refused (upstream's 3 MiB limit).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -159,9 +159,17 @@ fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
 /// Serves every resource path; `None` when the path is not one.
 pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
     let started = Instant::now();
-    let path = req.uri().path().to_string();
-    if let Some(def) = reviews::find(&path) {
-        let method = req.method().as_str().to_string();
+    let Some(info) = req.extensions().get::<Arc<RequestInfo>>().cloned() else {
+        return Some(error_response(&ApiError::internal(
+            "the request was not parsed by the request chain",
+        )));
+    };
+    let resource = info.resource.as_ref()?;
+    let def = match resource.def() {
+        Ok(d) => d,
+        Err(e) => return Some(error_response(&e)),
+    };
+    if resource.is_review() {
         let content_type = header(&req, "content-type");
         let user = req
             .extensions()
@@ -171,7 +179,7 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         let auth = state.auth.clone();
         let answered = async {
             let (_, review) = read_object(&content_type, read_body(req.into_body()).await?)?;
-            reviews::answer(def, &method, review, &auth, &user)
+            reviews::answer(def, info.verb, review, &auth, &user)
         };
         let resp = answered.await.unwrap_or_else(|e| error_response(&e));
         state.metrics.observe(
@@ -182,45 +190,20 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         );
         return Some(resp);
     }
-    let info = match request::parse(&path) {
-        Ok(Some(i)) => i,
-        Ok(None) => return None,
-        Err(e) => return Some(error_response(&e)),
-    };
-    let method = req.method().clone();
-    let verb = verb_of(&method, &info);
-    let registry = state
-        .registries
-        .get(&(info.def.group, info.def.plural))
-        .cloned();
-    let Some(registry) = registry else {
+    let Some(registry) = state.registries.get(&(def.group, def.plural)).cloned() else {
         return Some(error_response(&request::not_found_path()));
     };
-    let resp = match serve(&state, &registry, info, req).await {
+    let resp = match serve(&state, &registry, &info, req).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
     state.metrics.observe(
-        verb,
+        info.verb,
         registry.def.plural,
         resp.status().as_u16(),
         started.elapsed(),
     );
     Some(resp)
-}
-
-fn verb_of(m: &Method, info: &request::RequestInfo) -> &'static str {
-    match (m.as_str(), info.name.is_some()) {
-        ("GET", true) => "get",
-        ("GET", false) if info.legacy_watch => "watch",
-        ("GET", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => "other",
-    }
 }
 
 /// JSON is the only representation served; an Accept header that rules it out is 406.
@@ -244,27 +227,23 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
 async fn serve(
     state: &ApiState,
     reg: &Arc<Registry>,
-    info: request::RequestInfo,
+    info: &RequestInfo,
     req: Request,
 ) -> Result<Response, ApiError> {
     check_accept(req.headers())?;
-    let query = parse_query(req.uri().query().unwrap_or(""));
+    let query = &info.query;
+    let resource = info.resource.as_ref().expect("a resource request");
     let as_table = req
         .headers()
         .get("accept")
         .and_then(|v| v.to_str().ok())
         .is_some_and(table::wants_table);
     let printing = as_table.then(|| Printing {
-        include_object: query
-            .iter()
-            .any(|(k, v)| k == "includeObject" && v == "Object"),
+        include_object: query.get("includeObject") == Some("Object"),
     });
     let method = req.method().clone();
     let content_type = header(&req, "content-type");
-    let field_manager = query
-        .iter()
-        .find(|(k, _)| k == "fieldManager")
-        .map(|(_, v)| v.clone());
+    let field_manager = query.get("fieldManager").map(String::from);
     if field_manager.as_ref().is_some_and(|m| m.len() > 128) {
         return Err(options_invalid(
             "CreateOptions",
@@ -290,17 +269,22 @@ async fn serve(
             .filter(|m: &String| !m.is_empty())
     });
     let manager = update_manager.as_deref();
-    let ns_owned = info.namespace.clone().unwrap_or_default();
+    let ns_owned = resource.namespace.clone().unwrap_or_default();
     let ns = ns_owned.as_str();
-    if reg.def.namespaced && info.name.is_some() && info.namespace.is_none() {
+    if reg.def.namespaced && resource.name.is_some() && resource.namespace.is_none() {
         return Err(ApiError::bad_request("Namespace parameter required."));
     }
+    if let Some(name) = &resource.name {
+        rkube_api::validation::path_segment_name(name)
+            .map_err(|e| ApiError::bad_request(format!("Name parameter invalid: {name:?}: {e}")))?;
+    }
     let gr = reg.def.group_resource();
-    let sub = info.subresource.as_deref();
-    match (method.as_str(), info.name.as_deref()) {
+    let sub = resource.subresource.as_deref();
+    let watch = info.verb == "watch";
+    match (method.as_str(), resource.name.as_deref()) {
         ("GET", None) => {
-            let opts = ListOptions::from_query(&query, info.legacy_watch)?;
-            let scope = info.namespace.as_deref();
+            let opts = ListOptions::from_query(query, watch)?;
+            let scope = resource.namespace.as_deref();
             if opts.watch {
                 return watch::serve(state, reg, scope, None, &opts, printing).await;
             }
@@ -325,12 +309,12 @@ async fn serve(
             }
         }
         ("GET", Some(name)) => {
-            if info.legacy_watch {
-                let opts = ListOptions::from_query(&query, true)?;
+            if watch {
+                let opts = ListOptions::from_query(query, true)?;
                 return watch::serve(
                     state,
                     reg,
-                    info.namespace.as_deref(),
+                    resource.namespace.as_deref(),
                     Some(name),
                     &opts,
                     printing,
@@ -339,12 +323,9 @@ async fn serve(
             }
             match sub {
                 Some("scale") => subresources::get_scale(reg, ns, name).await,
-                Some("log") => logs::pod_log(state, reg, ns, name, &query).await,
+                Some("log") => logs::pod_log(state, reg, ns, name, query).await,
                 _ => {
-                    let rv = query
-                        .iter()
-                        .find(|(k, _)| k == "resourceVersion")
-                        .map(|(_, v)| v.as_str());
+                    let rv = query.get("resourceVersion");
                     let obj = reg.get(ns, name, rv).await?;
                     match printing {
                         Some(p) => {
@@ -364,8 +345,8 @@ async fn serve(
             }
         }
         ("POST", None) => {
-            let dry = dry_run(&query)?;
-            let fv = FieldValidation::from_query(&query)?;
+            let dry = dry_run(query)?;
+            let fv = FieldValidation::from_query(query)?;
             let (raw, mut body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             let warnings = fv.check(reg.def.kind, &raw, &body)?;
             // Dry runs are admitted too (defaults applied, limits and quota checked); quota
@@ -378,7 +359,7 @@ async fn serve(
             ))
         }
         ("POST", Some(name)) => {
-            let dry = dry_run(&query)?;
+            let dry = dry_run(query)?;
             let (_, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             match sub {
                 Some("binding") => subresources::bind(reg, ns, name, body, dry).await,
@@ -387,7 +368,7 @@ async fn serve(
             }
         }
         ("PUT", Some(name)) => {
-            let dry = dry_run(&query)?;
+            let dry = dry_run(query)?;
             let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
             match sub {
                 Some("scale") => {
@@ -395,7 +376,7 @@ async fn serve(
                 }
                 Some("finalize") | Some("status") | None => {
                     let warnings =
-                        FieldValidation::from_query(&query)?.check(reg.def.kind, &raw, &body)?;
+                        FieldValidation::from_query(query)?.check(reg.def.kind, &raw, &body)?;
                     let (obj, created) = reg.update(ns, name, body, sub, dry, manager).await?;
                     let code = if created {
                         StatusCode::CREATED
@@ -408,18 +389,18 @@ async fn serve(
             }
         }
         ("PATCH", Some(name)) => {
-            let dry = dry_run(&query)?;
+            let dry = dry_run(query)?;
             let body = read_body(req.into_body()).await?;
             let pt = match media_type(&content_type) {
                 "application/merge-patch+json" => PatchType::Merge,
                 "application/json-patch+json" => PatchType::Json,
                 "application/strategic-merge-patch+json" => PatchType::Strategic,
                 "application/apply-patch+yaml" => PatchType::Apply {
-                    force: query.iter().any(|(k, v)| k == "force" && v == "true"),
+                    force: query.flag("force"),
                 },
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            let force_given = query.iter().any(|(k, _)| k == "force");
+            let force_given = query.has("force");
             if force_given && !matches!(pt, PatchType::Apply { .. }) {
                 return Err(options_invalid(
                     "PatchOptions",
@@ -447,7 +428,7 @@ async fn serve(
                                 body: &body,
                                 subresource: sub,
                                 dry_run: dry,
-                                strict_fields: FieldValidation::from_query(&query)?
+                                strict_fields: FieldValidation::from_query(query)?
                                     == FieldValidation::Strict,
                                 manager: patch_manager,
                             },
@@ -465,7 +446,7 @@ async fn serve(
         }
         ("DELETE", Some(name)) => {
             let body = delete_body(&content_type, read_body(req.into_body()).await?)?;
-            let opts = DeleteOptions::parse(&body, &query)?;
+            let opts = DeleteOptions::parse(&body, query)?;
             match reg.delete(ns, name, &opts).await? {
                 Deleted::Gone(obj) if reg.def.kind != "Pod" => {
                     Ok(status_response(&reg.delete_status(&obj)))
@@ -473,14 +454,14 @@ async fn serve(
                 Deleted::Gone(obj) | Deleted::Pending(obj) => Ok(json_value(StatusCode::OK, &obj)),
             }
         }
-        ("DELETE", None) if reg.def.namespaced && info.namespace.is_none() => {
+        ("DELETE", None) if reg.def.namespaced && resource.namespace.is_none() => {
             Err(ApiError::method_not_supported(&gr, "deletecollection"))
         }
         ("DELETE", None) => {
             let body = delete_body(&content_type, read_body(req.into_body()).await?)?;
-            let del = DeleteOptions::parse(&body, &query)?;
-            let opts = ListOptions::from_query(&query, false)?;
-            delete_collection(reg, info.namespace.as_deref(), &opts, &del).await
+            let del = DeleteOptions::parse(&body, query)?;
+            let opts = ListOptions::from_query(query, false)?;
+            delete_collection(reg, resource.namespace.as_deref(), &opts, &del).await
         }
         (m, _) => Err(ApiError::method_not_supported(&gr, &m.to_lowercase())),
     }
@@ -495,12 +476,8 @@ pub enum FieldValidation {
 }
 
 impl FieldValidation {
-    fn from_query(q: &[(String, String)]) -> Result<Self, ApiError> {
-        match q
-            .iter()
-            .find(|(k, _)| k == "fieldValidation")
-            .map(|(_, v)| v.as_str())
-        {
+    fn from_query(q: &Query) -> Result<Self, ApiError> {
+        match q.get("fieldValidation") {
             None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
             Some("Strict") => Ok(FieldValidation::Strict),
             Some("Ignore") => Ok(FieldValidation::Ignore),

@@ -6,37 +6,21 @@
 use axum::http::StatusCode;
 use axum::response::Response;
 use rkube_api::authz::{Attributes, UserInfo};
-use rkube_api::{resources, ApiError, ResourceDef};
+use rkube_api::{ApiError, ResourceDef};
 
 use crate::auth::Auth;
 use serde_json::{json, Value};
 
-/// The review resource a path names, if any.
-pub fn find(path: &str) -> Option<&'static ResourceDef> {
-    // Called for every request: compare segments, allocate nothing.
-    let mut segs = path.strip_prefix("/apis/")?.split('/');
-    let (group, version, plural) = (segs.next()?, segs.next()?, segs.next()?);
-    if segs.next().is_some() {
-        return None;
-    }
-    resources::REVIEWS
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
-}
-
-/// Answers a review (`POST` only) with its `status` filled in.
+/// Answers a review (`create` only) with its `status` filled in.
 pub fn answer(
     def: &ResourceDef,
-    method: &str,
+    verb: &str,
     mut review: Value,
     auth: &Auth,
     user: &UserInfo,
 ) -> Result<Response, ApiError> {
-    if method != "POST" {
-        return Err(ApiError::method_not_supported(
-            &def.group_resource(),
-            &method.to_lowercase(),
-        ));
+    if verb != "create" {
+        return Err(ApiError::method_not_supported(&def.group_resource(), verb));
     }
     if review
         .get("kind")

@@ -166,7 +166,7 @@ pub async fn evict(
         .get("deleteOptions")
         .map(|d| serde_json::to_vec(d).unwrap_or_default())
         .unwrap_or_default();
-    let mut opts = DeleteOptions::parse(&opts_body, &[])?;
+    let mut opts = DeleteOptions::parse(&opts_body, &Default::default())?;
     opts.dry_run |= dry;
     reg.delete(ns, name, &opts).await?;
     Ok(status(201))
