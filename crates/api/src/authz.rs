@@ -215,6 +215,156 @@ pub fn node_decision(
     }
 }
 
+/// The string lists of a PolicyRule field.
+fn strings(rule: &Value, field: &str) -> Vec<String> {
+    rule.get(field)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One broken-down rule: one verb on one group/resource (and at most one name), or one verb
+/// on one URL (upstream's `BreakdownRule`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct SubRule {
+    group: Option<String>,
+    resource: Option<String>,
+    name: Option<String>,
+    url: Option<String>,
+    verb: String,
+}
+
+fn breakdown(rule: &Value) -> Vec<SubRule> {
+    let verbs = strings(rule, "verbs");
+    let names = strings(rule, "resourceNames");
+    let mut out = Vec::new();
+    for g in strings(rule, "apiGroups") {
+        for r in strings(rule, "resources") {
+            for v in &verbs {
+                if names.is_empty() {
+                    out.push(SubRule {
+                        group: Some(g.clone()),
+                        resource: Some(r.clone()),
+                        name: None,
+                        url: None,
+                        verb: v.clone(),
+                    });
+                }
+                for n in &names {
+                    out.push(SubRule {
+                        group: Some(g.clone()),
+                        resource: Some(r.clone()),
+                        name: Some(n.clone()),
+                        url: None,
+                        verb: v.clone(),
+                    });
+                }
+            }
+        }
+    }
+    for u in strings(rule, "nonResourceURLs") {
+        for v in &verbs {
+            out.push(SubRule {
+                group: None,
+                resource: None,
+                name: None,
+                url: Some(u.clone()),
+                verb: v.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Upstream's `ruleCovers`: whether one of the user's rules grants a broken-down rule.
+fn rule_covers(owner: &Value, sub: &SubRule) -> bool {
+    let has = |field: &str, want: &str| strings(owner, field).iter().any(|x| x == want);
+    let verbs = has("verbs", "*") || has("verbs", &sub.verb);
+    let groups = sub
+        .group
+        .as_ref()
+        .is_none_or(|g| has("apiGroups", "*") || has("apiGroups", g));
+    let resources = sub.resource.as_ref().is_none_or(|r| {
+        has("resources", "*")
+            || has("resources", r)
+            || r.split_once('/')
+                .is_some_and(|(_, s)| has("resources", &format!("*/{s}")))
+    });
+    let urls = sub.url.as_ref().is_none_or(|u| {
+        strings(owner, "nonResourceURLs")
+            .iter()
+            .any(|o| o == u || (o.ends_with('*') && u.starts_with(o.trim_end_matches('*'))))
+    });
+    let owner_names = strings(owner, "resourceNames");
+    let names = match &sub.name {
+        None => owner_names.is_empty(),
+        Some(n) => owner_names.is_empty() || owner_names.contains(n),
+    };
+    verbs && groups && resources && urls && names
+}
+
+/// The rules of `requested` that `owner` does not grant, as upstream prints them
+/// (`CompactString`, compacted by group/resource/name, sorted): empty when `owner` covers
+/// them all (upstream's `Covers`).
+pub fn uncovered(owner: &[Value], requested: &[Value]) -> Vec<String> {
+    let mut missing: Vec<SubRule> = Vec::new();
+    for rule in requested {
+        for sub in breakdown(rule) {
+            if !owner.iter().any(|o| rule_covers(o, &sub)) && !missing.contains(&sub) {
+                missing.push(sub);
+            }
+        }
+    }
+    // Compact: one line per group/resource/name (or URL), verbs in the order found.
+    let mut lines: Vec<(SubRule, Vec<String>)> = Vec::new();
+    for m in missing {
+        let key = SubRule {
+            verb: String::new(),
+            ..m.clone()
+        };
+        match lines.iter_mut().find(|(k, _)| *k == key && k.url.is_none()) {
+            Some((_, verbs)) => verbs.push(m.verb),
+            None => lines.push((key, vec![m.verb])),
+        }
+    }
+    let quoted = |items: &[&str]| {
+        items
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut out: Vec<String> = lines
+        .into_iter()
+        .map(|(k, verbs)| {
+            let mut parts = Vec::new();
+            if let Some(g) = &k.group {
+                parts.push(format!("APIGroups:[{}]", quoted(&[g])));
+            }
+            if let Some(r) = &k.resource {
+                parts.push(format!("Resources:[{}]", quoted(&[r])));
+            }
+            if let Some(u) = &k.url {
+                parts.push(format!("NonResourceURLs:[{}]", quoted(&[u])));
+            }
+            if let Some(n) = &k.name {
+                parts.push(format!("ResourceNames:[{}]", quoted(&[n])));
+            }
+            let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+            parts.push(format!("Verbs:[{}]", quoted(&verbs)));
+            format!("{{{}}}", parts.join(", "))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Upstream's 403: `pods "p" is forbidden: User "x" cannot get resource "pods" in API group
 /// "" in the namespace "default"` (with the authorizer's reason appended when it gave one).
 pub fn forbidden(user: &UserInfo, a: &Attributes, reason: &str) -> ApiError {

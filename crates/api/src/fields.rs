@@ -158,44 +158,11 @@ mod tests {
     }
 }
 
-/// Fields each kind can be selected by besides `metadata.name` and `metadata.namespace`
-/// (upstream's per-kind `ToSelectableFields`).
-pub fn selectable_fields(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "Pod" => &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        "Event" => &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ],
-        "Secret" => &["type"],
-        "Namespace" => &["status.phase"],
-        "ReplicaSet" => &["status.replicas"],
-        "Node" => &["spec.unschedulable"],
-        _ => &[],
-    }
-}
-
-fn str_at(obj: &serde_json::Value, path: &[&str]) -> String {
+/// A field's value in an object by its dotted path ("" when absent; strings as they are,
+/// other values as JSON), as upstream's field sets render them.
+pub fn field_at(obj: &serde_json::Value, field: &str) -> String {
     let mut v = obj;
-    for p in path {
+    for p in field.split('.') {
         match v.get(p) {
             Some(x) => v = x,
             None => return String::new(),
@@ -208,83 +175,24 @@ fn str_at(obj: &serde_json::Value, path: &[&str]) -> String {
     }
 }
 
-/// The value of a selectable field on an object (empty when absent), as upstream computes it.
-pub fn object_field(kind: &str, obj: &serde_json::Value, field: &str) -> String {
-    match (kind, field) {
-        (_, "metadata.name") => str_at(obj, &["metadata", "name"]),
-        (_, "metadata.namespace") => str_at(obj, &["metadata", "namespace"]),
-        ("Pod", "spec.hostNetwork") => {
-            let b = obj
-                .pointer("/spec/hostNetwork")
-                .and_then(|v| v.as_bool())
-                .unwrap_or(false);
-            b.to_string()
-        }
-        ("Pod", "status.podIP") => obj
-            .pointer("/status/podIPs/0/ip")
-            .and_then(|v| v.as_str())
-            .map(String::from)
-            .unwrap_or_else(|| str_at(obj, &["status", "podIP"])),
-        ("Node", "spec.unschedulable") => {
-            let b = obj
-                .pointer("/spec/unschedulable")
-                .and_then(|v| v.as_bool())
-                .unwrap_or(false);
-            b.to_string()
-        }
-        ("Event", "source") => {
-            let c = str_at(obj, &["source", "component"]);
-            if c.is_empty() {
-                str_at(obj, &["reportingComponent"])
-            } else {
-                c
-            }
-        }
-        ("ReplicaSet", "status.replicas") => obj
-            .pointer("/status/replicas")
-            .and_then(|v| v.as_i64())
-            .unwrap_or(0)
-            .to_string(),
-        (_, f) => {
-            let path: Vec<&str> = f.split('.').collect();
-            str_at(obj, &path)
-        }
-    }
-}
-
-/// The order `object_fields` lists a kind's fields in.
-pub fn field_order(kind: &str) -> impl Iterator<Item = &'static str> {
-    ["metadata.name", "metadata.namespace"]
-        .into_iter()
-        .chain(selectable_fields(kind).iter().copied())
-}
-
-/// Every selectable field of an object, computed once when it enters the watch cache.
-pub fn object_fields(kind: &str, obj: &serde_json::Value) -> Vec<(&'static str, String)> {
-    let mut out = vec![
-        ("metadata.name", object_field(kind, obj, "metadata.name")),
-        (
-            "metadata.namespace",
-            object_field(kind, obj, "metadata.namespace"),
-        ),
-    ];
-    for f in selectable_fields(kind) {
-        out.push((f, object_field(kind, obj, f)));
-    }
-    out
-}
+/// The fields every kind can be selected by.
+pub const COMMON_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
 
 impl FieldSelector {
-    /// Checks every field against the kind's selectable fields, mapping legacy names
-    /// (`spec.host` → `spec.nodeName`). The error is upstream's message.
-    pub fn check_for_kind(&mut self, kind: &str) -> Result<(), String> {
+    /// Checks every field against what a kind can be selected by (`COMMON_FIELDS` and
+    /// `selectable`), renaming legacy names first (`aliases`: `spec.host` → `spec.nodeName`).
+    /// The error is upstream's message.
+    pub fn check_fields(
+        &mut self,
+        selectable: &[&str],
+        aliases: &[(&str, &str)],
+    ) -> Result<(), String> {
         for r in &mut self.requirements {
-            if kind == "Pod" && r.field == "spec.host" {
-                r.field = "spec.nodeName".into();
+            if let Some((_, to)) = aliases.iter().find(|(from, _)| *from == r.field) {
+                r.field = (*to).to_string();
             }
-            let ok = r.field == "metadata.name"
-                || r.field == "metadata.namespace"
-                || selectable_fields(kind).contains(&r.field.as_str());
+            let ok =
+                COMMON_FIELDS.contains(&r.field.as_str()) || selectable.contains(&r.field.as_str());
             if !ok {
                 return Err(format!("field label not supported: {}", r.field));
             }
@@ -313,26 +221,29 @@ impl FieldSelector {
 }
 
 #[cfg(test)]
-mod kind_tests {
+mod check_tests {
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn pod_fields() {
-        let pod = json!({"metadata": {"name": "p", "namespace": "default"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}]}});
-        let f = object_fields("Pod", &pod);
-        let mut s = FieldSelector::parse(
-            "spec.host=n1,status.phase!=Failed,status.podIP=10.0.0.5,spec.hostNetwork=false",
+    fn fields_are_checked_and_renamed() {
+        let mut s = FieldSelector::parse("spec.host=n1,status.phase!=Failed").unwrap();
+        s.check_fields(
+            &["spec.nodeName", "status.phase"],
+            &[("spec.host", "spec.nodeName")],
         )
         .unwrap();
-        s.check_for_kind("Pod").unwrap();
-        assert!(s.matches_fields(&f));
+        assert_eq!(s.exact("spec.nodeName"), Some("n1"));
         let mut bad = FieldSelector::parse("spec.nope=x").unwrap();
         assert_eq!(
-            bad.check_for_kind("Pod").unwrap_err(),
+            bad.check_fields(&[], &[]).unwrap_err(),
             "field label not supported: spec.nope"
         );
         let mut ok = FieldSelector::parse("metadata.name=p").unwrap();
-        assert!(ok.check_for_kind("ConfigMap").is_ok());
+        assert!(ok.check_fields(&[], &[]).is_ok());
+        let pod = json!({"spec": {"nodeName": "n1", "replicas": 3}});
+        assert_eq!(field_at(&pod, "spec.nodeName"), "n1");
+        assert_eq!(field_at(&pod, "spec.replicas"), "3");
+        assert_eq!(field_at(&pod, "status.phase"), "");
     }
 }

@@ -6,8 +6,9 @@
 pub use k8s_openapi as k8s;
 
 pub mod authz;
+pub mod bounds;
 pub mod continue_token;
-pub mod duplicates;
+pub mod decode;
 pub mod fields;
 pub mod kubeconfig;
 pub mod managed;

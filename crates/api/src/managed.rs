@@ -4,7 +4,7 @@
 //! A field set is the set of paths a manager owns, written as upstream's `FieldsV1`: `f:<name>`
 //! for an object field, `k:{"name":"nginx"}` for an item of a list merged by key, `v:<json>` for
 //! a member of a set of scalars, and `.` for a list item or map owned as a whole. Lists follow
-//! the same strategies as strategic merge patch ([`crate::strategic::list_strategy`]): keyed,
+//! the same strategies as strategic merge patch ([`crate::strategic::Lists`]): keyed,
 //! set, or atomic.
 //!
 //! - An **update** (create, PUT, non-apply PATCH) gives its manager every field it added or
@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use crate::strategic::{list_strategy, ListStrategy};
+use crate::strategic::{ListStrategy, Lists};
 
 /// One step of a path: `f:spec`, `k:{"name":"nginx"}`, `v:"kubernetes"`, or `.`.
 pub type Path = Vec<String>;
@@ -87,7 +87,7 @@ impl Scope {
 }
 
 /// The fields `obj` sets, within `scope`.
-pub fn fields_of(kind: &str, obj: &Value, scope: Scope) -> FieldSet {
+pub fn fields_of(lists: Lists, obj: &Value, scope: Scope) -> FieldSet {
     let mut out = FieldSet::new();
     if let Value::Object(map) = obj {
         for (k, v) in map {
@@ -100,7 +100,7 @@ pub fn fields_of(kind: &str, obj: &Value, scope: Scope) -> FieldSet {
                         if !UNMANAGED_META.contains(&mk.as_str()) {
                             let mut names = vec!["metadata", mk.as_str()];
                             walk(
-                                kind,
+                                lists,
                                 mv,
                                 &mut names,
                                 &mut vec!["f:metadata".into(), format!("f:{mk}")],
@@ -112,7 +112,7 @@ pub fn fields_of(kind: &str, obj: &Value, scope: Scope) -> FieldSet {
                 continue;
             }
             walk(
-                kind,
+                lists,
                 v,
                 &mut vec![k.as_str()],
                 &mut vec![format!("f:{k}")],
@@ -124,7 +124,7 @@ pub fn fields_of(kind: &str, obj: &Value, scope: Scope) -> FieldSet {
 }
 
 fn walk<'a>(
-    kind: &str,
+    lists: Lists,
     v: &'a Value,
     names: &mut Vec<&'a str>,
     path: &mut Path,
@@ -135,9 +135,9 @@ fn walk<'a>(
             if names.last().is_some_and(|n| MAP_FIELDS.contains(n)) {
                 out.insert(with(path, "."));
             }
-            walk_fields(kind, map, names, path, out);
+            walk_fields(lists, map, names, path, out);
         }
-        Value::Array(items) => match list_strategy(kind, names) {
+        Value::Array(items) => match lists.strategy(names) {
             ListStrategy::MergeByKey(key) => {
                 for item in items {
                     let Some(seg) = item_key(item, key) else {
@@ -147,7 +147,7 @@ fn walk<'a>(
                     path.push(seg);
                     out.insert(with(path, "."));
                     if let Value::Object(fields) = item {
-                        walk_fields(kind, fields, names, path, out);
+                        walk_fields(lists, fields, names, path, out);
                     }
                     path.pop();
                 }
@@ -168,7 +168,7 @@ fn walk<'a>(
 }
 
 fn walk_fields<'a>(
-    kind: &str,
+    lists: Lists,
     fields: &'a Map<String, Value>,
     names: &mut Vec<&'a str>,
     path: &mut Path,
@@ -177,7 +177,7 @@ fn walk_fields<'a>(
     for (k, child) in fields {
         names.push(k);
         path.push(format!("f:{k}"));
-        walk(kind, child, names, path, out);
+        walk(lists, child, names, path, out);
         path.pop();
         names.pop();
     }
@@ -396,12 +396,12 @@ pub struct Writer<'a> {
 
 /// Records an update (create when `old` is None) of `new` by `who` in `new`'s managedFields.
 /// `new` arrives with the managedFields the client sent, or with `old`'s when it sent none.
-pub fn record_update(kind: &str, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
+pub fn record_update(lists: Lists, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
     let mut list = entries(new);
     let before = old
-        .map(|o| fields_of(kind, o, who.scope))
+        .map(|o| fields_of(lists, o, who.scope))
         .unwrap_or_default();
-    let after = fields_of(kind, new, who.scope);
+    let after = fields_of(lists, new, who.scope);
     let changed: FieldSet = after
         .iter()
         .filter(|p| {
@@ -451,7 +451,7 @@ pub struct Conflict {
 /// Applies `config` for `who` to `live` (None: the object does not exist yet). Returns the
 /// merged object with its managedFields, or the conflicts when not `force`d.
 pub fn apply(
-    kind: &str,
+    lists: Lists,
     live: Option<&Value>,
     config: &Value,
     who: Writer<'_>,
@@ -469,11 +469,11 @@ pub fn apply(
             api_version: who.api_version.to_string(),
             time: who.time.to_string(),
             subresource: String::new(),
-            fields: fields_of(kind, live_obj, who.scope),
+            fields: fields_of(lists, live_obj, who.scope),
         });
     }
     let sub = who.scope.subresource();
-    let applied = fields_of(kind, config, who.scope);
+    let applied = fields_of(lists, config, who.scope);
     let mut conflicts = Vec::new();
     let mut taken: Vec<(usize, Path)> = Vec::new();
     for (i, e) in list.iter().enumerate() {
@@ -501,7 +501,7 @@ pub fn apply(
     }
     let mut merged = live_obj.clone();
     let mut names = Vec::new();
-    merge(kind, &mut merged, config, &mut names);
+    merge(lists, &mut merged, config, &mut names);
     let previous = list
         .iter()
         .find(|e| e.is(who.manager, "Apply", sub))
@@ -545,7 +545,7 @@ pub fn apply(
 
 /// Merges an applied configuration into an object: objects field by field, keyed lists item
 /// by item, sets as a union, anything else replaced.
-fn merge<'a>(kind: &str, target: &mut Value, config: &'a Value, names: &mut Vec<&'a str>) {
+fn merge<'a>(lists: Lists, target: &mut Value, config: &'a Value, names: &mut Vec<&'a str>) {
     match (target, config) {
         (Value::Object(t), Value::Object(c)) => {
             for (k, cv) in c {
@@ -559,7 +559,7 @@ fn merge<'a>(kind: &str, target: &mut Value, config: &'a Value, names: &mut Vec<
                             }
                             names.extend(["metadata", mk.as_str()]);
                             match tm.get_mut(mk) {
-                                Some(existing) => merge(kind, existing, mv, names),
+                                Some(existing) => merge(lists, existing, mv, names),
                                 None => {
                                     tm[mk.as_str()] = mv.clone();
                                 }
@@ -571,7 +571,7 @@ fn merge<'a>(kind: &str, target: &mut Value, config: &'a Value, names: &mut Vec<
                 }
                 names.push(k);
                 match t.get_mut(k) {
-                    Some(existing) => merge(kind, existing, cv, names),
+                    Some(existing) => merge(lists, existing, cv, names),
                     None => {
                         t.insert(k.clone(), cv.clone());
                     }
@@ -579,14 +579,14 @@ fn merge<'a>(kind: &str, target: &mut Value, config: &'a Value, names: &mut Vec<
                 names.pop();
             }
         }
-        (Value::Array(t), Value::Array(c)) => match list_strategy(kind, names) {
+        (Value::Array(t), Value::Array(c)) => match lists.strategy(names) {
             ListStrategy::MergeByKey(key) => {
                 for item in c {
                     let found = item
                         .get(key)
                         .and_then(|k| t.iter().position(|x| x.get(key) == Some(k)));
                     match found {
-                        Some(i) => merge(kind, &mut t[i], item, names),
+                        Some(i) => merge(lists, &mut t[i], item, names),
                         None => t.push(item.clone()),
                     }
                 }

@@ -402,7 +402,11 @@ mod tests {
     fn repeated_keys_are_refused() {
         let e = Query::parse("watch=1&watch=0").unwrap_err();
         assert_eq!(e.code(), 400);
-        assert!(e.status().message.contains("\"watch\""), "{}", e.status().message);
+        assert!(
+            e.status().message.contains("\"watch\""),
+            "{}",
+            e.status().message
+        );
         assert!(Query::parse("a=1&b=2").is_ok());
         assert!(Query::parse(&"x".repeat(MAX_QUERY_BYTES + 1)).is_err());
         let built = Query::from_pairs(&[("labelSelector", "a in (x,y)"), ("k", "&=")]).unwrap();

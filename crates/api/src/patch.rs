@@ -1,9 +1,62 @@
-//! JSON merge patch (RFC 7386) and JSON patch (RFC 6902) over JSON objects.
+//! Patches of a stored object: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and
+//! strategic merge patch (`crate::strategic`), each giving a new object within the bounds.
+//!
+//! JSON patch is where a small body can build a huge or deep object, so it is bounded as it
+//! runs, as upstream's: at most 10,000 operations, `copy` may add at most 3 MiB in all, no
+//! `copy`/`move` into its own subtree, no value placed deeper than `bounds::MAX_DEPTH`, and a
+//! budget on the work (values walked, array elements shifted) of the whole patch.
 
 use serde_json::Value;
 
+use crate::bounds::{self, MAX_DEPTH};
+use crate::strategic::Lists;
+
+/// Which patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchKind {
+    Merge,
+    Json,
+    Strategic,
+}
+
+/// Why a patch was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PatchError {
+    /// Not a patch of this kind at all (400).
+    Malformed(String),
+    /// Over the operation limit (413).
+    TooManyOperations(String),
+    /// A patch that does not apply, or whose result would break the bounds (422).
+    Invalid(String),
+}
+
+/// Upstream's limits (`maxJSONPatchOperations`, `JSONPatchMaxCopyBytes`).
+pub const MAX_OPS: usize = 10_000;
+pub const MAX_COPIED_BYTES: usize = 3 * 1024 * 1024;
+/// Values visited and elements shifted by one JSON patch, in all.
+const MAX_WORK: usize = 50_000_000;
+
+/// `cur` with `patch` applied.
+pub fn apply(
+    kind: PatchKind,
+    lists: Lists,
+    cur: &Value,
+    patch: &Value,
+) -> Result<Value, PatchError> {
+    let mut target = cur.clone();
+    match kind {
+        PatchKind::Merge => merge_patch(&mut target, patch),
+        PatchKind::Strategic => {
+            crate::strategic::apply(lists, &mut target, patch).map_err(PatchError::Invalid)?
+        }
+        PatchKind::Json => json_patch(&mut target, patch)?,
+    }
+    bounds::check(&target).map_err(|c| PatchError::Invalid(c.message))?;
+    Ok(target)
+}
+
 /// Applies a merge patch in place: objects merge recursively, `null` removes, anything else
-/// replaces.
+/// replaces. (Its depth is the patch's, which decoding bounded.)
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     match patch {
         Value::Object(p) => {
@@ -23,95 +76,170 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Applies an RFC 6902 JSON patch (a list of operations) to `doc`.
-/// Upstream's json-patch limits: operations per patch, and bytes that `copy` may add.
-const MAX_OPS: usize = 10_000;
-const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024;
+/// What a JSON patch has used of its allowances.
+#[derive(Default)]
+struct Budget {
+    copied: usize,
+    work: usize,
+}
 
-pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), String> {
+impl Budget {
+    fn spend(&mut self, work: usize) -> Result<(), PatchError> {
+        self.work = self.work.saturating_add(work);
+        if self.work > MAX_WORK {
+            return Err(PatchError::Invalid(
+                "the JSON patch does too much work".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that `v`, placed at `path`, keeps the object within the bounds.
+    fn place(&mut self, path: &str, v: &Value) -> Result<(), PatchError> {
+        let at = tokens(path);
+        let room = MAX_DEPTH.saturating_sub(at);
+        let remaining = MAX_WORK.saturating_sub(self.work);
+        match bounds::measure(v, room, usize::MAX, remaining) {
+            Some(shape) => self.spend(shape.nodes),
+            None if bounds::measure(v, usize::MAX, usize::MAX, remaining).is_some() => {
+                Err(PatchError::Invalid(format!(
+                    "the value placed at {path:?} would nest the object more than {MAX_DEPTH} levels deep"
+                )))
+            }
+            None => Err(PatchError::Invalid(
+                "the JSON patch does too much work".into(),
+            )),
+        }
+    }
+}
+
+/// The number of reference tokens in a JSON pointer.
+fn tokens(path: &str) -> usize {
+    path.bytes().filter(|b| *b == b'/').count()
+}
+
+/// Applies an RFC 6902 JSON patch (a list of operations) to `doc`, within the limits above.
+pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let ops = patch
         .as_array()
-        .ok_or("json patch must be an array of operations")?;
+        .ok_or_else(|| PatchError::Malformed("json patch must be an array of operations".into()))?;
     if ops.len() > MAX_OPS {
-        return Err(format!(
-            "the allowed maximum operations in a JSON patch is {MAX_OPS}, got {}",
+        return Err(PatchError::TooManyOperations(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_OPS}, got {}",
             ops.len()
-        ));
+        )));
     }
-    let mut copied = 0usize;
+    let mut budget = Budget::default();
+    let invalid = |m: String| PatchError::Invalid(m);
     for (i, op) in ops.iter().enumerate() {
         let kind = op
             .get("op")
             .and_then(|o| o.as_str())
-            .ok_or(format!("operation {i}: missing \"op\""))?;
+            .ok_or_else(|| invalid(format!("operation {i}: missing \"op\"")))?;
         let path = op
             .get("path")
             .and_then(|p| p.as_str())
-            .ok_or(format!("operation {i}: missing \"path\""))?;
+            .ok_or_else(|| invalid(format!("operation {i}: missing \"path\"")))?;
+        let from = || {
+            op.get("from")
+                .and_then(|p| p.as_str())
+                .ok_or_else(|| invalid(format!("operation {i}: missing \"from\"")))
+        };
         match kind {
-            "add" => add(doc, path, value_of(op, i)?)?,
+            "add" => {
+                let v = value_of(op, i)?;
+                budget.place(path, &v)?;
+                add(doc, path, v, &mut budget)?;
+            }
             "remove" => {
-                remove(doc, path)?;
+                remove(doc, path, &mut budget)?;
             }
             "replace" => {
                 let v = value_of(op, i)?;
-                let slot = pointer_mut(doc, path).ok_or(format!(
-                    "replace operation does not apply: doc is missing key: {path}"
-                ))?;
+                budget.place(path, &v)?;
+                let slot = pointer_mut(doc, path).ok_or_else(|| {
+                    invalid(format!(
+                        "replace operation does not apply: doc is missing key: {path}"
+                    ))
+                })?;
                 *slot = v;
             }
             "move" => {
-                let from = op
-                    .get("from")
-                    .and_then(|p| p.as_str())
-                    .ok_or(format!("operation {i}: missing \"from\""))?;
-                let v = remove(doc, from)?;
-                add(doc, path, v)?;
+                let from = from()?;
+                if from != path && is_within(path, from) {
+                    return Err(invalid(format!(
+                        "move operation does not apply: {path:?} is inside {from:?}"
+                    )));
+                }
+                let v = remove(doc, from, &mut budget)?;
+                budget.place(path, &v)?;
+                add(doc, path, v, &mut budget)?;
             }
             "copy" => {
-                let from = op
-                    .get("from")
-                    .and_then(|p| p.as_str())
-                    .ok_or(format!("operation {i}: missing \"from\""))?;
-                let v = doc.pointer(from).cloned().ok_or(format!(
-                    "copy operation does not apply: doc is missing from path: {from}"
-                ))?;
-                copied += serde_json::to_vec(&v).map(|b| b.len()).unwrap_or(0);
-                if copied > MAX_COPIED_BYTES {
-                    return Err("the JSON patch copies too much data".into());
+                let from = from()?;
+                if is_within(path, from) {
+                    return Err(invalid(format!(
+                        "copy operation does not apply: {path:?} is inside {from:?}"
+                    )));
                 }
-                add(doc, path, v)?;
+                let source = doc.pointer(from).ok_or_else(|| {
+                    invalid(format!(
+                        "copy operation does not apply: doc is missing from path: {from}"
+                    ))
+                })?;
+                let room = MAX_COPIED_BYTES.saturating_sub(budget.copied);
+                let remaining = MAX_WORK.saturating_sub(budget.work);
+                let shape = bounds::measure(source, usize::MAX, room, remaining).ok_or_else(|| {
+                    invalid(format!(
+                        "Unable to complete the copy, the accumulated size increase of copy exceeds the limit {MAX_COPIED_BYTES}"
+                    ))
+                })?;
+                budget.copied += shape.bytes;
+                budget.spend(shape.nodes)?;
+                if tokens(path) + shape.depth > MAX_DEPTH {
+                    return Err(invalid(format!(
+                        "the value placed at {path:?} would nest the object more than {MAX_DEPTH} levels deep"
+                    )));
+                }
+                let v = source.clone();
+                add(doc, path, v, &mut budget)?;
             }
             "test" => {
                 let v = value_of(op, i)?;
+                budget.place(path, &v)?;
                 if doc.pointer(path) != Some(&v) {
-                    return Err(format!("testing value {path} failed: test failed"));
+                    return Err(invalid(format!("testing value {path} failed: test failed")));
                 }
             }
-            other => return Err(format!("Unexpected kind: {other}")),
+            other => return Err(PatchError::Malformed(format!("Unexpected kind: {other}"))),
         }
     }
     Ok(())
 }
 
-fn value_of(op: &Value, i: usize) -> Result<Value, String> {
+/// Whether the pointer `path` is `base` or inside it.
+fn is_within(path: &str, base: &str) -> bool {
+    base.is_empty() || path == base || path.starts_with(&format!("{base}/"))
+}
+
+fn value_of(op: &Value, i: usize) -> Result<Value, PatchError> {
     op.get("value")
         .cloned()
-        .ok_or(format!("operation {i}: missing \"value\""))
+        .ok_or_else(|| PatchError::Invalid(format!("operation {i}: missing \"value\"")))
 }
 
 fn unescape(token: &str) -> String {
     token.replace("~1", "/").replace("~0", "~")
 }
 
-fn split(path: &str) -> Result<(String, String), String> {
+fn split(path: &str) -> Result<(&str, String), PatchError> {
     if path.is_empty() {
-        return Ok((String::new(), String::new()));
+        return Ok(("", String::new()));
     }
     let idx = path
         .rfind('/')
-        .ok_or(format!("invalid JSON pointer: {path:?}"))?;
-    Ok((path[..idx].to_string(), unescape(&path[idx + 1..])))
+        .ok_or_else(|| PatchError::Invalid(format!("invalid JSON pointer: {path:?}")))?;
+    Ok((&path[..idx], unescape(&path[idx + 1..])))
 }
 
 fn pointer_mut<'a>(doc: &'a mut Value, path: &str) -> Option<&'a mut Value> {
@@ -121,15 +249,18 @@ fn pointer_mut<'a>(doc: &'a mut Value, path: &str) -> Option<&'a mut Value> {
     doc.pointer_mut(path)
 }
 
-fn add(doc: &mut Value, path: &str, v: Value) -> Result<(), String> {
+fn add(doc: &mut Value, path: &str, v: Value, budget: &mut Budget) -> Result<(), PatchError> {
     if path.is_empty() {
         *doc = v;
         return Ok(());
     }
     let (parent, last) = split(path)?;
-    let target = pointer_mut(doc, &parent).ok_or(format!(
-        "add operation does not apply: doc is missing path: {path:?}"
-    ))?;
+    let missing = || {
+        PatchError::Invalid(format!(
+            "add operation does not apply: doc is missing path: {path:?}"
+        ))
+    };
+    let target = pointer_mut(doc, parent).ok_or_else(missing)?;
     match target {
         Value::Object(m) => {
             m.insert(last, v);
@@ -142,44 +273,46 @@ fn add(doc: &mut Value, path: &str, v: Value) -> Result<(), String> {
             }
             let i: usize = last
                 .parse()
-                .map_err(|_| format!("invalid array index {last:?}"))?;
+                .map_err(|_| PatchError::Invalid(format!("invalid array index {last:?}")))?;
             if i > a.len() {
-                return Err(format!(
+                return Err(PatchError::Invalid(format!(
                     "add operation does not apply: index {i} out of bounds"
-                ));
+                )));
             }
+            budget.spend(a.len() - i)?;
             a.insert(i, v);
             Ok(())
         }
-        _ => Err(format!(
-            "add operation does not apply: doc is missing path: {path:?}"
-        )),
+        _ => Err(missing()),
     }
 }
 
-fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
+fn remove(doc: &mut Value, path: &str, budget: &mut Budget) -> Result<Value, PatchError> {
     let (parent, last) = split(path)?;
-    let target = pointer_mut(doc, &parent).ok_or(format!(
-        "remove operation does not apply: doc is missing path: {path:?}"
-    ))?;
-    match target {
-        Value::Object(m) => m.remove(&last).ok_or(format!(
+    let missing = || {
+        PatchError::Invalid(format!(
             "remove operation does not apply: doc is missing path: {path:?}"
-        )),
+        ))
+    };
+    if path.is_empty() {
+        return Err(missing());
+    }
+    let target = pointer_mut(doc, parent).ok_or_else(missing)?;
+    match target {
+        Value::Object(m) => m.remove(&last).ok_or_else(missing),
         Value::Array(a) => {
             let i: usize = last
                 .parse()
-                .map_err(|_| format!("invalid array index {last:?}"))?;
+                .map_err(|_| PatchError::Invalid(format!("invalid array index {last:?}")))?;
             if i >= a.len() {
-                return Err(format!(
+                return Err(PatchError::Invalid(format!(
                     "remove operation does not apply: index {i} out of bounds"
-                ));
+                )));
             }
+            budget.spend(a.len() - i)?;
             Ok(a.remove(i))
         }
-        _ => Err(format!(
-            "remove operation does not apply: doc is missing path: {path:?}"
-        )),
+        _ => Err(missing()),
     }
 }
 
@@ -232,12 +365,56 @@ mod tests {
             &json!([{"op": "replace", "path": "/nope", "value": 4}])
         )
         .is_err());
-        assert!(json_patch(&mut d, &json!({"op": "add"})).is_err());
-        // Doubling a document again and again is refused, not run out of memory.
+        assert!(matches!(
+            json_patch(&mut d, &json!({"op": "add"})),
+            Err(PatchError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn patch_bombs_are_refused() {
+        // Doubling a document again and again.
         let mut big = json!({"a": "x".repeat(1 << 20)});
         let bomb: Vec<Value> = (0..40)
-            .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+            .map(|i| json!({"op": "copy", "from": "/a", "path": format!("/c{i}")}))
             .collect();
         assert!(json_patch(&mut big, &Value::Array(bomb)).is_err());
+        // Copying a subtree into its own leaf doubles the nesting each time.
+        let mut d = json!({"a": {"b": {"c": 1}}});
+        let e = json_patch(
+            &mut d,
+            &json!([{"op": "copy", "from": "/a", "path": "/a/b/d"}]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, PatchError::Invalid(m) if m.contains("inside")));
+        let e = json_patch(
+            &mut d,
+            &json!([{"op": "move", "from": "/a", "path": "/a/b/x"}]),
+        );
+        assert!(e.is_err());
+        // A chain nested past the bound, a level at a time.
+        let mut chain = json!({});
+        let mut path = String::new();
+        let mut ops = Vec::new();
+        for _ in 0..(MAX_DEPTH + 5) {
+            path.push_str("/n");
+            ops.push(json!({"op": "add", "path": path, "value": {}}));
+        }
+        let e = json_patch(&mut chain, &Value::Array(ops)).unwrap_err();
+        assert!(matches!(e, PatchError::Invalid(m) if m.contains("levels deep")));
+        // Too many operations: upstream's 413.
+        let many: Vec<Value> = (0..=MAX_OPS)
+            .map(|_| json!({"op": "test", "path": "", "value": {}}))
+            .collect();
+        assert!(matches!(
+            json_patch(&mut json!({}), &Value::Array(many)),
+            Err(PatchError::TooManyOperations(_))
+        ));
+        // Shifting a long array again and again.
+        let mut long = json!({"l": vec![0; 100_000]});
+        let shifts: Vec<Value> = (0..MAX_OPS)
+            .map(|_| json!({"op": "add", "path": "/l/0", "value": 1}))
+            .collect();
+        assert!(json_patch(&mut long, &Value::Array(shifts)).is_err());
     }
 }

@@ -6,12 +6,14 @@
 pub fn parse_milli(s: &str) -> Option<i64> {
     let (num, mult_num, mult_den) = split(s.trim())?;
     // value * 1000 * mult, rounded up.
+    // Checked throughout: a quantity too large for an i64 is not a value (None), never a
+    // wrapped one.
     let (int, frac) = decimal(num)?;
     let scale = 10i128.pow(frac.1);
-    let v = int * 1000 * mult_num;
-    let f = frac.0 * 1000 * mult_num;
-    let total_num = v * scale + f;
-    let den = scale * mult_den;
+    let v = int.checked_mul(1000)?.checked_mul(mult_num)?;
+    let f = frac.0.checked_mul(1000)?.checked_mul(mult_num)?;
+    let total_num = v.checked_mul(scale)?.checked_add(f)?;
+    let den = scale.checked_mul(mult_den)?;
     let q = total_num.div_euclid(den) + i128::from(total_num.rem_euclid(den) != 0);
     i64::try_from(q).ok()
 }
@@ -94,7 +96,16 @@ mod tests {
         assert_eq!(parse_value("500m"), Some(1), "rounds up");
         assert_eq!(parse_value("110"), Some(110));
         assert_eq!(parse_value("1.5Gi"), Some(3 << 29));
-        for bad in ["", "x", "1.2.3", "Mi", "1e99"] {
+        for bad in [
+            "",
+            "x",
+            "1.2.3",
+            "Mi",
+            "1e99",
+            "99999999999999999999999999999999999Ei",
+            "9223372036854775807k",
+            "170141183460469231731687303715884105727",
+        ] {
             assert_eq!(parse_milli(bad), None, "{bad}");
         }
     }

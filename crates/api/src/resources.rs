@@ -409,6 +409,17 @@ pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
     }
 }
 
+/// The verbs a subresource serves (what discovery lists and the apiserver dispatches).
+pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
+    match sub {
+        "status" | "scale" => &["get", "patch", "update"],
+        "binding" | "eviction" => &["create"],
+        "log" => &["get"],
+        "finalize" => &["update"],
+        _ => &[],
+    }
+}
+
 /// Every `group/version` with discoverable resources, core first.
 pub fn discoverable_group_versions() -> Vec<(&'static str, &'static str)> {
     distinct_group_versions(discoverable())

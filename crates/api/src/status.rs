@@ -112,6 +112,12 @@ impl ApiError {
         &self.0
     }
 
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.0.message = message.into();
+        self
+    }
+
     pub fn code(&self) -> u16 {
         self.0.code
     }
@@ -309,6 +315,11 @@ impl ApiError {
                 ..Default::default()
             }),
         )
+    }
+
+    /// 408: the request (its body) did not arrive in time.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        Self::new(408, "Timeout", message.into(), None)
     }
 
     pub fn too_many_requests(message: impl Into<String>, retry_after: i32) -> Self {

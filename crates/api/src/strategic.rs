@@ -4,6 +4,8 @@
 //! lists without a strategy are replaced, and the directives `$patch: delete|replace|merge`,
 //! `$setElementOrder/<list>`, `$deleteFromPrimitiveList/<list>` and `$retainKeys` are honoured.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 
 /// How the list at `path` (field names from the object root, list indices dropped) merges.
@@ -17,8 +19,38 @@ pub enum ListStrategy {
     Replace,
 }
 
-/// The patch strategy of a list field, from upstream's `patchStrategy`/`patchMergeKey` tags.
-pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
+/// How one kind's lists merge: upstream's `patchStrategy`/`patchMergeKey` tags common to the
+/// served types, with the kind's own exceptions first (a Service's `spec.ports` merge by
+/// `port`). The kind's strategy supplies them.
+#[derive(Clone, Copy, Debug)]
+pub struct Lists(pub &'static [ListOverride]);
+
+/// A list field `(parent, field)` that merges its own way in one kind.
+pub type ListOverride = (&'static str, &'static str, ListStrategy);
+
+impl Lists {
+    /// The tags every served type shares.
+    pub const GENERIC: Lists = Lists(&[]);
+
+    /// The strategy of the list at `path` (field names from the object root, indices dropped).
+    pub fn strategy(self, path: &[&str]) -> ListStrategy {
+        let last = path.last().copied().unwrap_or("");
+        let parent = if path.len() >= 2 {
+            path[path.len() - 2]
+        } else {
+            ""
+        };
+        self.0
+            .iter()
+            .find(|(p, f, _)| *p == parent && *f == last)
+            .map(|(_, _, s)| *s)
+            .unwrap_or_else(|| list_strategy(path))
+    }
+}
+
+/// The patch strategy of a list field common to the served types (upstream's
+/// `patchStrategy`/`patchMergeKey` tags).
+pub fn list_strategy(path: &[&str]) -> ListStrategy {
     use ListStrategy::*;
     let last = path.last().copied().unwrap_or("");
     let parent = if path.len() >= 2 {
@@ -35,7 +67,6 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
         ("containers", "ports")
         | ("initContainers", "ports")
         | ("ephemeralContainers", "ports") => MergeByKey("containerPort"),
-        ("spec", "ports") if kind == "Service" => MergeByKey("port"),
         (_, "env") => MergeByKey("name"),
         (_, "volumeMounts") => MergeByKey("mountPath"),
         (_, "volumeDevices") => MergeByKey("devicePath"),
@@ -53,13 +84,13 @@ pub fn list_strategy(kind: &str, path: &[&str]) -> ListStrategy {
 }
 
 /// Applies `patch` to `target` in place.
-pub fn apply(kind: &str, target: &mut Value, patch: &Value) -> Result<(), String> {
+pub fn apply(lists: Lists, target: &mut Value, patch: &Value) -> Result<(), String> {
     let mut path = Vec::new();
-    merge_value(kind, target, patch, &mut path)
+    merge_value(lists, target, patch, &mut path)
 }
 
 fn merge_value(
-    kind: &str,
+    lists: Lists,
     target: &mut Value,
     patch: &Value,
     path: &mut Vec<String>,
@@ -83,7 +114,7 @@ fn merge_value(
             if !target.is_object() {
                 *target = Value::Object(Map::new());
             }
-            merge_map(kind, target.as_object_mut().expect("object"), p, path)
+            merge_map(lists, target.as_object_mut().expect("object"), p, path)
         }
         other => {
             *target = other.clone();
@@ -93,7 +124,7 @@ fn merge_value(
 }
 
 fn merge_map(
-    kind: &str,
+    lists: Lists,
     target: &mut Map<String, Value>,
     patch: &Map<String, Value>,
     path: &mut Vec<String>,
@@ -108,7 +139,7 @@ fn merge_map(
             continue;
         }
         path.push(k.clone());
-        let result = merge_field(kind, target, k, v, patch, path);
+        let result = merge_field(lists, target, k, v, patch, path);
         path.pop();
         result?;
     }
@@ -116,7 +147,7 @@ fn merge_map(
 }
 
 fn merge_field(
-    kind: &str,
+    lists: Lists,
     target: &mut Map<String, Value>,
     key: &str,
     v: &Value,
@@ -130,7 +161,7 @@ fn merge_field(
     let segs: Vec<&str> = path.iter().map(|s| s.as_str()).collect();
     match v {
         Value::Array(items) => {
-            let strategy = list_strategy(kind, &segs);
+            let strategy = lists.strategy(&segs);
             let delete_from = patch
                 .get(&format!("$deleteFromPrimitiveList/{key}"))
                 .and_then(|d| d.as_array())
@@ -154,8 +185,10 @@ fn merge_field(
                         .collect();
                 }
                 ListStrategy::MergePrimitives => {
+                    // Linear: a set of what is there, not a scan per element.
+                    let mut seen: HashSet<String> = list.iter().map(Value::to_string).collect();
                     for i in items {
-                        if !list.contains(i) {
+                        if seen.insert(i.to_string()) {
                             list.push(i.clone());
                         }
                     }
@@ -171,33 +204,7 @@ fn merge_field(
                             .cloned()
                             .collect();
                     } else {
-                        for item in items {
-                            let Some(kv) = item.get(mk) else {
-                                return Err(format!(
-                                    "map: {item} does not contain declared merge key: {mk}"
-                                ));
-                            };
-                            let pos = list.iter().position(|e| e.get(mk) == Some(kv));
-                            let delete =
-                                item.get("$patch").and_then(|p| p.as_str()) == Some("delete");
-                            match (pos, delete) {
-                                (Some(p), true) => {
-                                    list.remove(p);
-                                }
-                                (None, true) => {}
-                                (Some(p), false) => {
-                                    // List indices are not part of the path.
-                                    merge_value(kind, &mut list[p], item, path)?;
-                                    strip_directives(&mut list[p]);
-                                }
-                                (None, false) => {
-                                    let mut fresh = Value::Object(Map::new());
-                                    merge_value(kind, &mut fresh, item, path)?;
-                                    strip_directives(&mut fresh);
-                                    list.push(fresh);
-                                }
-                            }
-                        }
+                        list = merge_keyed(lists, list, items, mk, path)?;
                     }
                     if let Some(order) = &order {
                         list = reorder(list, order, mk);
@@ -205,14 +212,15 @@ fn merge_field(
                 }
             }
             if let Some(del) = delete_from {
-                list.retain(|x| !del.contains(x));
+                let del: HashSet<String> = del.iter().map(Value::to_string).collect();
+                list.retain(|x| !del.contains(&x.to_string()));
             }
             target.insert(key.to_string(), Value::Array(list));
             Ok(())
         }
         Value::Object(_) => {
             let entry = target.entry(key.to_string()).or_insert(Value::Null);
-            merge_value(kind, entry, v, path)?;
+            merge_value(lists, entry, v, path)?;
             if entry.is_null() {
                 target.remove(key);
             } else {
@@ -227,18 +235,74 @@ fn merge_field(
     }
 }
 
-/// Orders a merged list by `$setElementOrder`: listed elements first, in that order, then the
-/// rest in their current order.
-fn reorder(list: Vec<Value>, order: &[Value], mk: &str) -> Vec<Value> {
-    let mut rest = list;
-    let mut out = Vec::with_capacity(rest.len());
-    for o in order {
-        let Some(key) = o.get(mk) else { continue };
-        if let Some(p) = rest.iter().position(|e| e.get(mk) == Some(key)) {
-            out.push(rest.remove(p));
+/// Merges patch elements into a list keyed by `mk`, in time linear in both: elements are
+/// found through an index of their keys, deletions leave holes that are squeezed out once.
+fn merge_keyed(
+    lists: Lists,
+    list: Vec<Value>,
+    items: &[Value],
+    mk: &str,
+    path: &mut Vec<String>,
+) -> Result<Vec<Value>, String> {
+    let mut slots: Vec<Option<Value>> = list.into_iter().map(Some).collect();
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(slots.len());
+    for (i, e) in slots.iter().enumerate() {
+        if let Some(k) = e.as_ref().and_then(|e| e.get(mk)) {
+            index.entry(k.to_string()).or_insert(i);
         }
     }
-    out.extend(rest);
+    for item in items {
+        let Some(kv) = item.get(mk) else {
+            return Err(format!(
+                "map: {item} does not contain declared merge key: {mk}"
+            ));
+        };
+        let key = kv.to_string();
+        let delete = item.get("$patch").and_then(|p| p.as_str()) == Some("delete");
+        match (index.get(&key).copied(), delete) {
+            (Some(p), true) => {
+                slots[p] = None;
+                index.remove(&key);
+            }
+            (None, true) => {}
+            (Some(p), false) => {
+                // List indices are not part of the path.
+                let slot = slots[p].get_or_insert(Value::Null);
+                merge_value(lists, slot, item, path)?;
+                strip_directives(slot);
+            }
+            (None, false) => {
+                let mut fresh = Value::Object(Map::new());
+                merge_value(lists, &mut fresh, item, path)?;
+                strip_directives(&mut fresh);
+                index.insert(key, slots.len());
+                slots.push(Some(fresh));
+            }
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// Orders a merged list by `$setElementOrder`: listed elements first, in that order, then the
+/// rest in their current order (linear, through an index of keys).
+fn reorder(list: Vec<Value>, order: &[Value], mk: &str) -> Vec<Value> {
+    let mut slots: Vec<Option<Value>> = list.into_iter().map(Some).collect();
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(slots.len());
+    for (i, e) in slots.iter().enumerate() {
+        if let Some(k) = e.as_ref().and_then(|e| e.get(mk)) {
+            index.entry(k.to_string()).or_insert(i);
+        }
+    }
+    let mut out = Vec::with_capacity(slots.len());
+    for o in order {
+        let Some(key) = o.get(mk) else { continue };
+        if let Some(p) = index.remove(&key.to_string()) {
+            if let Some(v) = slots[p].take() {
+                out.push(v);
+            }
+        }
+    }
+    out.extend(slots.into_iter().flatten());
     out
 }
 
@@ -251,6 +315,8 @@ fn strip_directives(v: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SERVICE: Lists = Lists(&[("spec", "ports", ListStrategy::MergeByKey("port"))]);
     use serde_json::json;
 
     fn deployment() -> Value {
@@ -263,9 +329,38 @@ mod tests {
     }
 
     #[test]
+    fn long_lists_merge_in_linear_time() {
+        // 20k env vars patched into 20k (quadratic merging took minutes; nextest's slow-test
+        // limit stops a regression).
+        let n = 20_000;
+        let env = |off: usize| -> Vec<Value> {
+            (0..n)
+                .map(|i| json!({"name": format!("V{}", i + off), "value": "x"}))
+                .collect()
+        };
+        let mut d =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "env": env(0)}]}}}});
+        apply(
+            Lists::GENERIC,
+            &mut d,
+            &json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "env": env(n / 2),
+            "$setElementOrder/env": env(n / 2)}]}}}}),
+        )
+        .unwrap();
+        let merged = d
+            .pointer("/spec/template/spec/containers/0/env")
+            .unwrap()
+            .as_array()
+            .unwrap();
+        assert_eq!(merged.len(), n + n / 2);
+        assert_eq!(merged[0]["name"], format!("V{}", n / 2));
+        assert_eq!(merged[n + n / 2 - 1]["name"], format!("V{}", n / 2 - 1));
+    }
+
+    #[test]
     fn set_image_merges_containers_by_name() {
         let mut d = deployment();
-        apply("Deployment", &mut d, &json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.16.1"}]}}}})).unwrap();
+        apply(Lists::GENERIC, &mut d, &json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.16.1"}]}}}})).unwrap();
         let cs = d
             .pointer("/spec/template/spec/containers")
             .unwrap()
@@ -284,7 +379,7 @@ mod tests {
     fn keyed_lists_env_ports_and_directives() {
         let mut d = deployment();
         apply(
-            "Deployment",
+            Lists::GENERIC,
             &mut d,
             &json!({"spec": {"template": {"spec": {
                 "$setElementOrder/containers": [{"name": "sidecar"}, {"name": "nginx"}],
@@ -316,7 +411,7 @@ mod tests {
     fn maps_nulls_primitives_and_replace() {
         let mut d = deployment();
         apply(
-            "Deployment",
+            Lists::GENERIC,
             &mut d,
             &json!({"metadata": {"labels": {"app": null, "tier": "web"}, "finalizers": ["b"], "$deleteFromPrimitiveList/finalizers": ["a"]},
                     "spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "now"}}}}}),
@@ -328,7 +423,7 @@ mod tests {
             d.pointer("/spec/template/metadata/annotations/kubectl.kubernetes.io~1restartedAt"),
             Some(&json!("now"))
         );
-        apply("Deployment", &mut d, &json!({"spec": {"template": {"spec": {"containers": [{"name": "only", "image": "x"}, {"$patch": "replace"}]}}}})).unwrap();
+        apply(Lists::GENERIC, &mut d, &json!({"spec": {"template": {"spec": {"containers": [{"name": "only", "image": "x"}, {"$patch": "replace"}]}}}})).unwrap();
         assert_eq!(
             d.pointer("/spec/template/spec/containers")
                 .unwrap()
@@ -338,14 +433,14 @@ mod tests {
             1
         );
         apply(
-            "Deployment",
+            Lists::GENERIC,
             &mut d,
             &json!({"metadata": {"labels": {"$patch": "replace", "only": "this"}}}),
         )
         .unwrap();
         assert_eq!(d["metadata"]["labels"], json!({"only": "this"}));
         assert!(apply(
-            "Deployment",
+            Lists::GENERIC,
             &mut d,
             &json!({"spec": {"template": {"spec": {"containers": [{"image": "no-name"}]}}}})
         )
@@ -356,7 +451,7 @@ mod tests {
     fn service_ports_merge_by_port() {
         let mut s = json!({"spec": {"ports": [{"port": 80, "name": "http"}]}});
         apply(
-            "Service",
+            SERVICE,
             &mut s,
             &json!({"spec": {"ports": [{"port": 443, "name": "https"}]}}),
         )

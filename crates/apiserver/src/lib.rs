@@ -13,6 +13,7 @@ pub mod encryption;
 pub mod flowcontrol;
 pub mod http;
 pub mod inflight;
+pub mod kinds;
 pub mod metrics;
 pub mod pki;
 pub mod reconcile;
@@ -77,6 +78,8 @@ pub struct Config {
     pub max_mutating_requests_inflight: usize,
     /// Open watches one user may hold (0 = no limit).
     pub max_watches_per_user: usize,
+    /// How kubelets are reached (`--kubelet-client-certificate`, …).
+    pub kubelet: http::logs::KubeletConfig,
 }
 
 impl Config {
@@ -100,6 +103,7 @@ impl Config {
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
             max_watches_per_user: 10_000,
+            kubelet: Default::default(),
         }
     }
 }
@@ -193,11 +197,8 @@ pub async fn run(
         &config.disable_admission_plugins,
     )
     .map_err(|e| anyhow::anyhow!("admission plugins: {e}"))?;
-    let namespace_lifecycle = plugins.contains(&admission::Plugin::NamespaceLifecycle);
-    let always_pull_images = plugins.contains(&admission::Plugin::AlwaysPullImages);
     let mut registries = HashMap::new();
     let mut caches: Vec<Arc<Cacher>> = Vec::new();
-    let mut ns_cache = None;
     for def in RESOURCES {
         let cache = def.watch_cached.then(|| {
             let c = Cacher::new(
@@ -211,33 +212,23 @@ pub async fn run(
             caches.push(c.clone());
             c
         });
-        let ttl = (def.kind == "Event").then_some(config.event_ttl);
-        if def.kind == "Namespace" {
-            ns_cache = cache.clone();
-        }
-        // Namespaces come first in the resource table, so every namespaced registry gets it.
-        let namespaces = if def.namespaced && namespace_lifecycle {
-            ns_cache.clone()
-        } else {
-            None
-        };
-        let reg = Arc::new(Registry {
+        let reg = Registry::new(
             def,
-            storage: storage.clone(),
+            storage.clone(),
             cache,
-            etcd_prefix: config.etcd_prefix.clone(),
-            ttl,
-            namespaces,
-            always_pull_images: always_pull_images && def.kind == "Pod",
-        });
-        registries.insert((def.group, def.plural), reg);
+            &config.etcd_prefix,
+            config.event_ttl,
+        );
+        registries.insert((def.group, def.plural), Arc::new(reg));
     }
     register_gauges(&registry, &caches);
     let registries = Arc::new(registries);
     bootstrap_namespaces(&registries).await?;
+    let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
     let admission = Arc::new(admission::Admission::new(
         plugins,
         registries.clone(),
+        authn.clone(),
         config.default_toleration_seconds,
     ));
     if admission.has(admission::Plugin::ResourceQuota) {
@@ -247,7 +238,6 @@ pub async fn run(
                 .run_quota_loop(Duration::from_secs(2), shutdown.clone()),
         );
     }
-    let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
     let chain = Arc::new(chain::Chain {
         auth: authn.clone(),
         limits: inflight::Limits::new(
@@ -331,6 +321,7 @@ pub async fn run(
         metrics,
         shutdown: shutdown.clone(),
         ready: ready.clone(),
+        kubelet: Arc::new(http::logs::KubeletClient::new(&config.kubelet)?),
     };
     let app = Router::new()
         .route("/version", get(version))
@@ -414,16 +405,22 @@ fn register_gauges(registry: &rkube_daemon::metrics::Registry, caches: &[Arc<Cac
     );
 }
 
+/// The apiserver's own writes: no admission, recorded under its name.
+const OWN_WRITE: registry::Write<'static> = registry::Write {
+    admit: &registry::Unadmitted,
+    dry_run: false,
+    manager: Some("rkube-apiserver"),
+    verb: "create",
+};
+
 /// Namespaces every cluster starts with.
-async fn bootstrap_namespaces(
-    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
-) -> anyhow::Result<()> {
+async fn bootstrap_namespaces(registries: &registry::Registries) -> anyhow::Result<()> {
     let ns = registries
         .get(&("", "namespaces"))
         .context("namespaces registry")?;
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        match ns.create("", obj, false, Some("rkube-apiserver")).await {
+        match ns.create("", obj, OWN_WRITE).await {
             Ok(_) => tracing::info!(namespace = name, "created namespace"),
             Err(e) if e.code() == 409 => {}
             Err(e) => anyhow::bail!("creating namespace {name}: {}", e.status().message),
@@ -435,9 +432,7 @@ async fn bootstrap_namespaces(
 const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
 
 /// APF's width of a request: LISTs by the number of objects their watch cache holds.
-fn list_width(
-    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
-) -> flowcontrol::Width {
+fn list_width(registries: &registry::Registries) -> flowcontrol::Width {
     let caches: Vec<(&'static str, &'static str, Arc<Cacher>)> = registries
         .iter()
         .filter_map(|((g, p), r)| r.cache.clone().map(|c| (*g, *p, c)))
@@ -457,7 +452,7 @@ fn list_width(
 /// Creates upstream's bootstrap objects of a group (RBAC's roles and bindings, flow control's
 /// schemas and levels); existing ones are reconciled (`reconcile`).
 async fn bootstrap<const N: usize>(
-    registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
+    registries: &registry::Registries,
     group: &'static str,
     sets: [(&'static str, Vec<serde_json::Value>); N],
 ) -> anyhow::Result<()> {
@@ -467,10 +462,7 @@ async fn bootstrap<const N: usize>(
             .with_context(|| format!("{plural} registry"))?;
         for obj in objects {
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-            match reg
-                .create("", obj.clone(), false, Some("rkube-apiserver"))
-                .await
-            {
+            match reg.create("", obj.clone(), OWN_WRITE).await {
                 Ok(_) => tracing::debug!(%plural, %name, "created bootstrap object"),
                 Err(e) if e.code() == 409 => {
                     // Present: bring it up to this version's (a racing writer wins; next start
@@ -480,10 +472,7 @@ async fn bootstrap<const N: usize>(
                             anyhow::anyhow!("reading {plural} {name}: {}", e.status().message)
                         })?)?;
                     if let Some(updated) = reconcile::reconcile(&current, &obj) {
-                        match reg
-                            .update("", &name, updated, None, false, Some("rkube-apiserver"))
-                            .await
-                        {
+                        match reg.update("", &name, updated, None, OWN_WRITE).await {
                             Ok(_) => tracing::info!(%plural, %name, "reconciled bootstrap object"),
                             Err(e) => {
                                 tracing::warn!(%plural, %name, error = %e.status().message, "could not reconcile bootstrap object")

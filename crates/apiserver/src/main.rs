@@ -67,6 +67,15 @@ struct Flags {
     /// Mutating requests served at once; more get 429 (0 = no limit).
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
+    /// The client certificate the apiserver presents to kubelets (then reached over HTTPS).
+    #[arg(long)]
+    kubelet_client_certificate: Option<std::path::PathBuf>,
+    /// Its private key.
+    #[arg(long)]
+    kubelet_client_key: Option<std::path::PathBuf>,
+    /// The CA that signed kubelets' serving certificates.
+    #[arg(long)]
+    kubelet_certificate_authority: Option<std::path::PathBuf>,
     /// Open watches one user may hold; beyond it a new watch gets 429 (0 = no limit).
     #[arg(long, default_value_t = 10_000)]
     max_watches_per_user: usize,
@@ -123,6 +132,11 @@ async fn main() -> anyhow::Result<()> {
     config.max_requests_inflight = f.max_requests_inflight;
     config.max_mutating_requests_inflight = f.max_mutating_requests_inflight;
     config.max_watches_per_user = f.max_watches_per_user;
+    config.kubelet = rkube_apiserver::http::logs::KubeletConfig {
+        client_cert: f.kubelet_client_certificate.clone(),
+        client_key: f.kubelet_client_key.clone(),
+        ca: f.kubelet_certificate_authority.clone(),
+    };
     config.audit = rkube_apiserver::audit::AuditConfig {
         policy_file: f.audit_policy_file.clone(),
         log_path: f.audit_log_path.clone(),

@@ -7,7 +7,42 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rkube_api::{meta, ApiError, ResourceDef};
 use rkube_etcd_api::*;
+use serde_json::{json, Value};
+
+/// A storage error as the API reports it: a compacted revision is 410, a future one a 504
+/// "Too large resource version", an unreachable store a retryable 504, anything else a 500.
+pub fn storage_error(def: &ResourceDef, op: &str, e: EtcdError) -> ApiError {
+    if e.is_compacted() {
+        return ApiError::gone("The resourceVersion for the provided list is too old.");
+    }
+    if e.is_future_revision() {
+        return ApiError::timeout(format!("Timeout: Too large resource version: {e}"), 0);
+    }
+    match e {
+        EtcdError::Transport(_) => ApiError::server_timeout(&def.group_resource(), op, 2),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// Serializes an object for storage: no resourceVersion (it is the mod_revision), no selfLink.
+pub fn encode(obj: &Value) -> Vec<u8> {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        m.remove("resourceVersion");
+        m.remove("selfLink");
+    }
+    serde_json::to_vec(&o).unwrap_or_default()
+}
+
+/// A stored value with its resourceVersion stamped in.
+pub fn decode(s: &Stored) -> Result<Value, ApiError> {
+    let mut v: Value = serde_json::from_slice(&s.value)
+        .map_err(|e| ApiError::internal(format!("decoding stored object: {e}")))?;
+    meta::set_meta(&mut v, "resourceVersion", json!(s.mod_revision.to_string()));
+    Ok(v)
+}
 
 /// One stored value and its revision.
 #[derive(Clone, Debug)]

@@ -197,3 +197,41 @@ fn the_node_authorizer_confines_a_kubelet_to_its_own_objects() {
         Decision::NoOpinion(_)
     ));
 }
+
+#[test]
+fn escalation_compares_rules_as_upstream() {
+    let owner = vec![
+        json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "pods/log"]}),
+        json!({"verbs": ["*"], "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["d1"]}),
+        json!({"verbs": ["get"], "apiGroups": ["*"], "resources": ["*/status"]}),
+        json!({"verbs": ["get"], "nonResourceURLs": ["/healthz", "/api/*"]}),
+    ];
+    let covered = [
+        json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}),
+        json!({"verbs": ["update"], "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["d1"]}),
+        json!({"verbs": ["get"], "apiGroups": ["batch"], "resources": ["jobs/status"]}),
+        json!({"verbs": ["get"], "nonResourceURLs": ["/api/v1", "/healthz"]}),
+        // Groups without resources grant nothing, so they escalate nothing.
+        json!({"verbs": ["delete"], "apiGroups": [""]}),
+    ];
+    for r in &covered {
+        assert!(uncovered(&owner, std::slice::from_ref(r)).is_empty(), "{r}");
+    }
+    let missing = uncovered(
+        &owner,
+        &[
+            json!({"verbs": ["get", "delete", "watch"], "apiGroups": [""], "resources": ["pods", "secrets"]}),
+            json!({"verbs": ["get"], "apiGroups": ["apps"], "resources": ["deployments"]}),
+            json!({"verbs": ["get"], "nonResourceURLs": ["/metrics"]}),
+        ],
+    );
+    assert_eq!(
+        missing,
+        [
+            "{APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"delete\" \"watch\"]}",
+            "{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\" \"watch\"]}",
+            "{APIGroups:[\"apps\"], Resources:[\"deployments\"], Verbs:[\"get\"]}",
+            "{NonResourceURLs:[\"/metrics\"], Verbs:[\"get\"]}",
+        ]
+    );
+}

@@ -40,7 +40,7 @@ fn owners(obj: &Value, path: &str) -> Vec<String> {
 
 #[test]
 fn field_sets_are_written_as_upstreams_fields_v1() {
-    let set = fields_of("Deployment", &deployment("nginx:1", 1), Scope::Main);
+    let set = fields_of(Lists::GENERIC, &deployment("nginx:1", 1), Scope::Main);
     let v1 = to_fields_v1(&set);
     assert_eq!(
         v1,
@@ -62,7 +62,7 @@ fn field_sets_are_written_as_upstreams_fields_v1() {
     assert_eq!(from_fields_v1(&v1), set, "FieldsV1 round-trips");
     let finalizers = json!({"metadata": {"finalizers": ["a", "b"]}});
     assert_eq!(
-        to_fields_v1(&fields_of("Pod", &finalizers, Scope::Main)),
+        to_fields_v1(&fields_of(Lists::GENERIC, &finalizers, Scope::Main)),
         json!({"f:metadata": {"f:finalizers": {"v:\"a\"": {}, "v:\"b\"": {}}}})
     );
 }
@@ -70,7 +70,7 @@ fn field_sets_are_written_as_upstreams_fields_v1() {
 #[test]
 fn an_update_takes_the_fields_it_changes_from_their_owners() {
     let mut created = deployment("nginx:1", 1);
-    record_update("Deployment", None, &mut created, who("kubectl-create"));
+    record_update(Lists::GENERIC, None, &mut created, who("kubectl-create"));
     assert_eq!(
         owners(&created, ".spec.replicas"),
         ["kubectl-create/Update"]
@@ -78,7 +78,7 @@ fn an_update_takes_the_fields_it_changes_from_their_owners() {
     let mut edited = created.clone();
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
     record_update(
-        "Deployment",
+        Lists::GENERIC,
         Some(&created),
         &mut edited,
         who("kubectl-edit"),
@@ -88,7 +88,7 @@ fn an_update_takes_the_fields_it_changes_from_their_owners() {
     assert_eq!(owners(&edited, ".spec.replicas"), ["kubectl-create/Update"]);
     // An update that changes nothing leaves managedFields as they were.
     let mut same = edited.clone();
-    record_update("Deployment", Some(&edited), &mut same, who("someone"));
+    record_update(Lists::GENERIC, Some(&edited), &mut same, who("someone"));
     assert_eq!(same, edited);
 }
 
@@ -96,12 +96,12 @@ fn an_update_takes_the_fields_it_changes_from_their_owners() {
 fn apply_creates_updates_and_removes_what_it_no_longer_applies() {
     let mut config = deployment("nginx:1", 2);
     config["metadata"]["labels"]["tier"] = json!("front");
-    let created = apply("Deployment", None, &config, who("a"), false).unwrap();
+    let created = apply(Lists::GENERIC, None, &config, who("a"), false).unwrap();
     assert_eq!(created["spec"]["replicas"], 2);
     assert_eq!(owners(&created, ".metadata.labels.tier"), ["a/Apply"]);
     // Applying again without the label removes it; other fields stay.
     let config2 = deployment("nginx:2", 2);
-    let updated = apply("Deployment", Some(&created), &config2, who("a"), false).unwrap();
+    let updated = apply(Lists::GENERIC, Some(&created), &config2, who("a"), false).unwrap();
     assert!(updated["metadata"]["labels"].get("tier").is_none());
     assert_eq!(
         updated["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -113,7 +113,7 @@ fn apply_creates_updates_and_removes_what_it_no_longer_applies() {
 #[test]
 fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
     let live = apply(
-        "Deployment",
+        Lists::GENERIC,
         None,
         &deployment("nginx:1", 2),
         who("a"),
@@ -122,7 +122,7 @@ fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
     .unwrap();
     // Same value: shared, no conflict.
     let shared = apply(
-        "Deployment",
+        Lists::GENERIC,
         Some(&live),
         &deployment("nginx:1", 2),
         who("b"),
@@ -132,7 +132,7 @@ fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
     assert_eq!(owners(&shared, ".spec.replicas"), ["a/Apply", "b/Apply"]);
     // Different value: conflict with the owner.
     let err = apply(
-        "Deployment",
+        Lists::GENERIC,
         Some(&shared),
         &deployment("nginx:1", 3),
         who("c"),
@@ -144,7 +144,7 @@ fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
         "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.replicas\nconflicts with \"b\":\n- .spec.replicas"
     );
     let one = apply(
-        "Deployment",
+        Lists::GENERIC,
         Some(&live),
         &deployment("nginx:1", 3),
         who("c"),
@@ -157,7 +157,7 @@ fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
     );
     // Forced: c takes replicas; a keeps the rest.
     let forced = apply(
-        "Deployment",
+        Lists::GENERIC,
         Some(&live),
         &deployment("nginx:1", 3),
         who("c"),
@@ -173,16 +173,16 @@ fn conflicting_managers_get_upstreams_message_and_force_takes_the_field() {
     // a field a stopped applying but c still owns survives a's next apply.
     let mut without = deployment("nginx:1", 3);
     without["metadata"]["labels"] = json!({"other": "x"});
-    let after = apply("Deployment", Some(&forced), &without, who("a"), false).unwrap();
+    let after = apply(Lists::GENERIC, Some(&forced), &without, who("a"), false).unwrap();
     assert_eq!(after["metadata"]["labels"]["app"], "web");
 }
 
 #[test]
 fn an_update_managers_field_conflicts_with_an_apply() {
     let mut created = deployment("nginx:1", 1);
-    record_update("Deployment", None, &mut created, who("kubectl-create"));
+    record_update(Lists::GENERIC, None, &mut created, who("kubectl-create"));
     let err = apply(
-        "Deployment",
+        Lists::GENERIC,
         Some(&created),
         &deployment("nginx:1", 5),
         who("kubectl"),
@@ -199,7 +199,7 @@ fn an_update_managers_field_conflicts_with_an_apply() {
     // Objects nobody tracked yet: their fields belong to before-first-apply.
     let untracked = deployment("nginx:1", 1);
     let err = apply(
-        "Deployment",
+        Lists::GENERIC,
         Some(&untracked),
         &deployment("nginx:1", 5),
         who("kubectl"),
@@ -212,14 +212,14 @@ fn an_update_managers_field_conflicts_with_an_apply() {
 #[test]
 fn status_writes_are_tracked_apart_from_the_main_resource() {
     let mut pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}});
-    record_update("Pod", None, &mut pod, who("kubectl-create"));
+    record_update(Lists::GENERIC, None, &mut pod, who("kubectl-create"));
     let mut running = pod.clone();
     running["status"]["phase"] = json!("Running");
     let w = Writer {
         scope: Scope::Status,
         ..who("kubelet")
     };
-    record_update("Pod", Some(&pod), &mut running, w);
+    record_update(Lists::GENERIC, Some(&pod), &mut running, w);
     let list = entries(&running);
     let kubelet = list.iter().find(|e| e.manager == "kubelet").unwrap();
     assert_eq!(kubelet.subresource, "status");

@@ -1,35 +1,44 @@
-//! Admission, mutating then validating, for creates (and AlwaysPullImages on updates too):
-//! the plugins of `--enable-admission-plugins` / `--disable-admission-plugins` on top of
-//! upstream's defaults (NamespaceLifecycle, DefaultTolerationSeconds, LimitRanger,
-//! ResourceQuota; AlwaysPullImages is opt-in). Quota usage is charged to the quota's status
-//! with compare-and-swap before the object is written, and recomputed from the watch cache by
-//! a background loop (so deletions give it back).
+//! Admission: the plugins of `--enable-admission-plugins` / `--disable-admission-plugins` on
+//! top of upstream's defaults (NamespaceLifecycle, LimitRanger, DefaultTolerationSeconds,
+//! ResourceQuota; AlwaysPullImages and NodeRestriction are opt-in), plus the checks upstream
+//! makes on the same path: RBAC escalation prevention and `create` permission for an update
+//! that creates. The registry calls them through `registry::Admit` for every write, mutating
+//! before the kind's strategy and validating after it; quota is charged last, after
+//! validation passed. A background loop recomputes quota usage from the watch cache.
 
+pub mod lifecycle;
 pub mod limits;
+pub mod node;
 pub mod quota;
+pub mod rbac;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rkube_api::{meta, ApiError, ResourceDef};
+use futures_util::future::BoxFuture;
+use rkube_api::authz::{self, UserInfo};
+use rkube_api::{meta, ApiError, GroupResource, ResourceDef};
 use serde_json::{json, Value};
 
+use crate::auth::Auth;
 use crate::cache::object::Filter;
-use crate::registry::{Decision, Registry};
+use crate::registry::{Admit, Attributes, Decision, Operation, Registries};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plugin {
     NamespaceLifecycle,
+    NodeRestriction,
     DefaultTolerationSeconds,
     AlwaysPullImages,
     LimitRanger,
     ResourceQuota,
 }
 
+/// Every plugin in upstream's order, with whether it is on by default.
 const ALL: &[(&str, Plugin, bool)] = &[
     ("NamespaceLifecycle", Plugin::NamespaceLifecycle, true),
     ("LimitRanger", Plugin::LimitRanger, true),
+    ("NodeRestriction", Plugin::NodeRestriction, false),
     (
         "DefaultTolerationSeconds",
         Plugin::DefaultTolerationSeconds,
@@ -60,30 +69,50 @@ pub fn plugins(enable: &[String], disable: &[String]) -> Result<Vec<Plugin>, Str
         .collect())
 }
 
-type Registries = HashMap<(&'static str, &'static str), Arc<Registry>>;
+/// The pods resource, which most plugins are about.
+fn is_pods(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.plural == "pods"
+}
 
 pub struct Admission {
     pub plugins: Vec<Plugin>,
     registries: Arc<Registries>,
+    auth: Arc<Auth>,
     /// `--default-not-ready-toleration-seconds` / `--default-unreachable-toleration-seconds`.
     pub toleration_seconds: (i64, i64),
+}
+
+/// Admission of one request: the plugins, with the user who sent it.
+pub struct ForUser<'a> {
+    pub admission: &'a Admission,
+    pub user: &'a UserInfo,
 }
 
 impl Admission {
     pub fn new(
         plugins: Vec<Plugin>,
         registries: Arc<Registries>,
+        auth: Arc<Auth>,
         toleration_seconds: (i64, i64),
     ) -> Self {
         Admission {
             plugins,
             registries,
+            auth,
             toleration_seconds,
         }
     }
 
     pub fn has(&self, p: Plugin) -> bool {
         self.plugins.contains(&p)
+    }
+
+    /// Admission of a request by `user`.
+    pub fn for_user<'a>(&'a self, user: &'a UserInfo) -> ForUser<'a> {
+        ForUser {
+            admission: self,
+            user,
+        }
     }
 
     fn cached(&self, plural: &'static str, ns: &str) -> Vec<Value> {
@@ -103,17 +132,18 @@ impl Admission {
             .unwrap_or_default()
     }
 
-    /// Mutating then validating admission of a create of `obj` in `ns`.
-    pub async fn create(
+    async fn mutate(
         &self,
-        def: &ResourceDef,
-        ns: &str,
+        user: &UserInfo,
+        a: &Attributes<'_>,
         obj: &mut Value,
-        dry_run: bool,
     ) -> Result<(), ApiError> {
-        if def.kind == "Pod" {
-            if self.has(Plugin::LimitRanger) {
-                let ranges = self.cached("limitranges", ns);
+        if a.operation == Operation::Create && self.has(Plugin::NamespaceLifecycle) {
+            lifecycle::admit_create(&self.registries, a, obj).await?;
+        }
+        if is_pods(a.def) && a.subresource.is_none() {
+            if a.operation == Operation::Create && self.has(Plugin::LimitRanger) {
+                let ranges = self.cached("limitranges", a.namespace);
                 if !ranges.is_empty() {
                     limits::apply_defaults(obj, &ranges);
                     let problems = limits::violations(obj, &ranges);
@@ -124,24 +154,70 @@ impl Admission {
                             format!("[{}]", problems.join(", "))
                         };
                         return Err(ApiError::forbidden(
-                            &def.group_resource(),
+                            &a.def.group_resource(),
                             meta::name(obj),
                             &why,
                         ));
                     }
                 }
             }
-            if self.has(Plugin::DefaultTolerationSeconds) {
+            if a.operation == Operation::Create && self.has(Plugin::DefaultTolerationSeconds) {
                 default_tolerations(obj, self.toleration_seconds);
             }
             if self.has(Plugin::AlwaysPullImages) {
                 always_pull(obj);
             }
         }
-        if self.has(Plugin::ResourceQuota) && def.namespaced {
-            self.charge(def, ns, obj, dry_run).await?;
+        let _ = user;
+        Ok(())
+    }
+
+    async fn validate(
+        &self,
+        user: &UserInfo,
+        a: &Attributes<'_>,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        // An update or apply that creates needs `create` permission too (upstream's
+        // `withAuthorization` around the create-on-update).
+        if a.operation == Operation::Create && a.verb != "create" {
+            let attrs = authz::Attributes {
+                verb: "create".into(),
+                resource_request: true,
+                api_group: a.def.group.into(),
+                resource: a.def.plural.into(),
+                subresource: String::new(),
+                namespace: a.namespace.into(),
+                name: a.name.into(),
+                path: String::new(),
+            };
+            if let Err(why) = self.auth.authorize(user, &attrs) {
+                return Err(authz::forbidden(user, &attrs, &why));
+            }
+        }
+        if a.operation == Operation::Delete && self.has(Plugin::NamespaceLifecycle) {
+            lifecycle::admit_delete(a)?;
+        }
+        if self.has(Plugin::NodeRestriction) {
+            node::admit(user, a, obj, old, |ns, name| self.pod(ns, name))?;
+        }
+        rbac::admit(&self.auth, &self.registries, user, a, obj, old)?;
+        if a.operation == Operation::Create
+            && self.has(Plugin::ResourceQuota)
+            && a.def.namespaced
+            && a.subresource.is_none()
+        {
+            self.charge(a.def, a.namespace, obj, a.dry_run).await?;
         }
         Ok(())
+    }
+
+    /// A pod as the watch cache has it.
+    fn pod(&self, ns: &str, name: &str) -> Option<Value> {
+        let pods = self.registries.get(&("", "pods"))?;
+        let cache = pods.cache.as_ref()?;
+        cache.get(&pods.key(ns, name)).ok()?.0.map(|o| o.value())
     }
 
     /// Charges the object to every quota of its namespace that tracks it (CAS on the quota's
@@ -156,10 +232,11 @@ impl Admission {
         let Some(quotas) = self.registries.get(&("", "resourcequotas")) else {
             return Ok(());
         };
+        let refuse = |why: &str| ApiError::forbidden(&def.group_resource(), meta::name(obj), why);
         for q in self.cached("resourcequotas", ns) {
             let hard = quota::hard(&q);
             let names: Vec<String> = hard.keys().cloned().collect();
-            let delta = quota::object_usage(def, obj, &names);
+            let delta = quota::object_usage(def, obj, &names).map_err(|e| refuse(&e))?;
             if delta.is_empty() {
                 continue;
             }
@@ -173,9 +250,8 @@ impl Admission {
                 .guaranteed_update(ns, &qname, dry_run, |cur| {
                     let hard = quota::hard(cur);
                     let used = counted.clone().unwrap_or_else(|| quota::used(cur));
-                    let next = quota::check(&qname, &hard, &used, &delta).map_err(|why| {
-                        ApiError::forbidden(&def.group_resource(), meta::name(obj), &why)
-                    })?;
+                    let next =
+                        quota::check(&qname, &hard, &used, &delta).map_err(|why| refuse(&why))?;
                     let mut new = cur.clone();
                     new["status"] = quota::status(&hard, &next);
                     Ok(Decision::Write(new))
@@ -185,7 +261,8 @@ impl Admission {
         Ok(())
     }
 
-    /// What the objects of `ns` use of `names`, from the watch cache.
+    /// What the objects of `ns` use of `names`, from the watch cache (objects whose usage
+    /// cannot be computed count as nothing here: they were refused when written).
     fn usage(&self, ns: &str, names: &[String]) -> quota::Usage {
         let mut total = quota::Usage::new();
         for n in names {
@@ -193,8 +270,7 @@ impl Admission {
         }
         for reg in self.registries.values().filter(|r| r.def.namespaced) {
             let Some(cache) = &reg.cache else { continue };
-            let probe = quota::object_usage(reg.def, &json!({}), names);
-            if probe.is_empty() && reg.def.kind != "Pod" {
+            if !quota::tracks(reg.def, names) {
                 continue;
             }
             let filter = Filter {
@@ -206,8 +282,12 @@ impl Admission {
                 .map(|l| l.items)
                 .unwrap_or_default()
             {
-                for (k, v) in quota::object_usage(reg.def, &o.value(), names) {
-                    *total.entry(k).or_insert(0) += v;
+                let Ok(usage) = quota::object_usage(reg.def, &o.value(), names) else {
+                    continue;
+                };
+                for (k, v) in usage {
+                    let t = total.entry(k).or_insert(0);
+                    *t = t.saturating_add(v);
                 }
             }
         }
@@ -257,6 +337,36 @@ impl Admission {
     }
 }
 
+impl Admit for ForUser<'_> {
+    fn mutate<'a>(
+        &'a self,
+        a: &'a Attributes<'a>,
+        obj: &'a mut Value,
+        _old: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        Box::pin(self.admission.mutate(self.user, a, obj))
+    }
+
+    fn validate<'a>(
+        &'a self,
+        a: &'a Attributes<'a>,
+        obj: &'a Value,
+        old: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        Box::pin(self.admission.validate(self.user, a, obj, old))
+    }
+}
+
+/// A 403 of admission's, as upstream's `admission.NewForbidden`: `<resource> "<name>" is
+/// forbidden: <why>`.
+pub fn forbidden(a: &Attributes<'_>, name: &str, why: &str) -> ApiError {
+    let resource = match a.subresource {
+        Some(_) => GroupResource::new(a.def.group, a.def.plural),
+        None => a.def.group_resource(),
+    };
+    ApiError::forbidden(&resource, name, why)
+}
+
 /// AlwaysPullImages: every container pulls its image.
 pub fn always_pull(pod: &mut Value) {
     for list in ["initContainers", "containers"] {
@@ -265,7 +375,9 @@ pub fn always_pull(pod: &mut Value) {
             .and_then(Value::as_array_mut)
         {
             for c in cs {
-                c["imagePullPolicy"] = json!("Always");
+                if c.is_object() {
+                    c["imagePullPolicy"] = json!("Always");
+                }
             }
         }
     }
@@ -318,6 +430,7 @@ mod tests {
         let none: Vec<String> = vec![];
         let d = plugins(&none, &none).unwrap();
         assert!(d.contains(&Plugin::ResourceQuota) && !d.contains(&Plugin::AlwaysPullImages));
+        assert!(!d.contains(&Plugin::NodeRestriction));
         let e = plugins(&["AlwaysPullImages".into()], &["ResourceQuota".into()]).unwrap();
         assert!(e.contains(&Plugin::AlwaysPullImages) && !e.contains(&Plugin::ResourceQuota));
         assert!(plugins(&["Bogus".into()], &none)

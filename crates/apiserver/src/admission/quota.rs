@@ -62,56 +62,30 @@ fn counts(def: &ResourceDef) -> Vec<String> {
     names
 }
 
-fn terminal(pod: &Value) -> bool {
-    matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-/// A pod's compute usage of `name` (None: not a compute resource): the sum over containers
-/// (or the largest init container, if more).
-fn pod_compute(pod: &Value, name: &str) -> Option<i64> {
-    let (field, resource) = match name {
-        "cpu" | "requests.cpu" => ("requests", "cpu"),
-        "memory" | "requests.memory" => ("requests", "memory"),
-        "limits.cpu" => ("limits", "cpu"),
-        "limits.memory" => ("limits", "memory"),
-        _ => return None,
-    };
-    let of = |list: &str| -> Vec<i64> {
-        pod.pointer(&format!("/spec/{list}"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                c.pointer(&format!("/resources/{field}/{resource}"))
-                    .and_then(Value::as_str)
-                    .and_then(|q| amount(name, q))
-                    .unwrap_or(0)
-            })
-            .collect()
-    };
-    let sum: i64 = of("containers").iter().sum();
-    let init = of("initContainers").into_iter().max().unwrap_or(0);
-    Some(sum.max(init))
-}
-
-/// What one object of `def` uses of each of `names`.
-pub fn object_usage(def: &ResourceDef, obj: &Value, names: &[String]) -> Usage {
-    let counted = counts(def);
+/// What one object of `def` uses of each of `names`: object counts, and the compute usage
+/// its kind reports (pods). A quantity that cannot be used is an error, never zero.
+pub fn object_usage(def: &ResourceDef, obj: &Value, names: &[String]) -> Result<Usage, String> {
+    let strategy = crate::kinds::of(def);
     let mut out = Usage::new();
-    if def.kind == "Pod" && terminal(obj) {
-        return out;
+    if !strategy.counts_against_quota(obj) {
+        return Ok(out);
     }
+    let counted = counts(def);
     for n in names {
         if counted.contains(n) {
             out.insert(n.clone(), 1);
-        } else if let Some(v) = (def.kind == "Pod").then(|| pod_compute(obj, n)).flatten() {
-            out.insert(n.clone(), v);
+        } else if let Some(v) = strategy.compute_usage(obj, n) {
+            out.insert(n.clone(), v?);
         }
     }
-    out
+    Ok(out)
+}
+
+/// Whether objects of `def` can use any of `names` (so a namespace's usage need not look at
+/// them otherwise).
+pub fn tracks(def: &ResourceDef, names: &[String]) -> bool {
+    let probe = serde_json::json!({"spec": {"containers": [{}]}});
+    object_usage(def, &probe, names).is_ok_and(|u| !u.is_empty())
 }
 
 /// The resource names a quota limits (`spec.hard`).
@@ -163,10 +137,12 @@ pub fn check(quota_name: &str, hard: &Usage, used: &Usage, delta: &Usage) -> Res
     for (k, d) in delta {
         let Some(limit) = hard.get(k) else { continue };
         let now = used.get(k).copied().unwrap_or(0);
-        if *d > 0 && now + d > *limit {
+        // An overflowing total is over any limit.
+        let total = now.checked_add(*d);
+        if *d > 0 && total.is_none_or(|t| t > *limit) {
             over.push(k.clone());
         }
-        next.insert(k.clone(), now + d);
+        next.insert(k.clone(), total.unwrap_or(i64::MAX));
     }
     if over.is_empty() {
         return Ok(next);
@@ -208,7 +184,7 @@ mod tests {
         let pod = serde_json::json!({"spec": {"containers": [
             {"resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "128Mi"}}},
             {"resources": {"requests": {"cpu": "1"}}}]}});
-        let u = object_usage(pods(), &pod, &names);
+        let u = object_usage(pods(), &pod, &names).unwrap();
         assert_eq!(u["pods"], 1);
         assert_eq!(u["count/pods"], 1);
         assert_eq!(u["requests.cpu"], 1250);
@@ -217,13 +193,13 @@ mod tests {
         assert!(!u.contains_key("configmaps"));
         let done = serde_json::json!({"status": {"phase": "Succeeded"}});
         assert!(
-            object_usage(pods(), &done, &names).is_empty(),
+            object_usage(pods(), &done, &names).unwrap().is_empty(),
             "terminal pods use nothing"
         );
         let deploy = rkube_api::resources::find("apps", "v1", "deployments").unwrap();
         let names = vec!["count/deployments.apps".to_string()];
         assert_eq!(
-            object_usage(deploy, &serde_json::json!({}), &names)["count/deployments.apps"],
+            object_usage(deploy, &serde_json::json!({}), &names).unwrap()["count/deployments.apps"],
             1
         );
     }
@@ -239,6 +215,11 @@ mod tests {
         );
         let fits: Usage = [("pods".to_string(), 1)].into();
         let next = check("compute", &hard, &[("pods".to_string(), 1)].into(), &fits).unwrap();
+        let huge: Usage = [("requests.cpu".to_string(), i64::MAX)].into();
+        assert!(
+            check("compute", &hard, &used, &huge).is_err(),
+            "overflow is over the limit"
+        );
         assert_eq!(next["pods"], 2);
         let st = status(&hard, &next);
         assert_eq!(st["hard"]["requests.cpu"], "2");

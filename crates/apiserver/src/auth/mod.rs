@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rkube_api::authz::{self, Attributes, Decision, UserInfo};
 use rkube_api::ApiError;
 
-use crate::registry::Registry;
+use crate::registry::{Registries, Registry};
 
 /// One step of `--authorization-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,10 +75,7 @@ pub struct Auth {
 
 impl Auth {
     /// Loads the token file; a malformed one is an error naming the line.
-    pub fn new(
-        cfg: &AuthConfig,
-        registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
-    ) -> anyhow::Result<Self> {
+    pub fn new(cfg: &AuthConfig, registries: &Registries) -> anyhow::Result<Self> {
         let tokens = match &cfg.token_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -165,6 +162,11 @@ impl Auth {
         rules
             .into_iter()
             .partition(|r| r.get("nonResourceURLs").is_none())
+    }
+
+    /// RBAC's view (for escalation checks), when RBAC is an authorizer.
+    pub fn rbac(&self) -> Option<&rbac::Rbac> {
+        self.rbac.as_ref()
     }
 
     fn pod_node(&self, ns: &str, name: &str) -> Option<String> {

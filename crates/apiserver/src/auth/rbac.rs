@@ -8,7 +8,8 @@ use rkube_api::authz::{self, Attributes, Decision, UserInfo};
 use serde_json::Value;
 
 use crate::cache::Cacher;
-use crate::registry::Registry;
+use crate::kinds::rbac::{role_ref, rules, RoleRef};
+use crate::registry::Registries;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -26,11 +27,14 @@ pub struct Rbac {
     snapshot: Mutex<Arc<Snapshot>>,
 }
 
-fn rules(obj: &Value) -> Vec<Value> {
-    obj.get("rules")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+impl Snapshot {
+    /// The rules of the role a binding in `ns` refers to.
+    fn rules_of(&self, r: RoleRef<'_>, ns: &str) -> Option<&Vec<Value>> {
+        match r {
+            RoleRef::ClusterRole(name) => self.cluster_roles.get(name),
+            RoleRef::Role(name) => self.roles.get(&(ns.to_string(), name.to_string())),
+        }
+    }
 }
 
 fn meta<'a>(obj: &'a Value, field: &str) -> &'a str {
@@ -40,9 +44,7 @@ fn meta<'a>(obj: &'a Value, field: &str) -> &'a str {
 }
 
 impl Rbac {
-    pub fn new(
-        registries: &HashMap<(&'static str, &'static str), Arc<Registry>>,
-    ) -> anyhow::Result<Self> {
+    pub fn new(registries: &Registries) -> anyhow::Result<Self> {
         let cache = |plural| crate::registry::cache_of(registries, GROUP, plural);
         Ok(Rbac {
             caches: [
@@ -96,18 +98,7 @@ impl Rbac {
             if !authz::binding_applies(binding, user) {
                 return;
             }
-            let kind = binding
-                .pointer("/roleRef/kind")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let name = binding
-                .pointer("/roleRef/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let rules = match kind {
-                "ClusterRole" => s.cluster_roles.get(name),
-                _ => s.roles.get(&(ns.to_string(), name.to_string())),
-            };
+            let rules = role_ref(binding).and_then(|r| s.rules_of(r, ns));
             out.extend(rules.into_iter().flatten().cloned());
         };
         s.cluster_bindings.iter().for_each(|b| add(b, ""));
@@ -117,18 +108,16 @@ impl Rbac {
         out
     }
 
+    /// The rules of a role a binding in `ns` refers to (None: no such role).
+    pub fn role_rules(&self, r: RoleRef<'_>, ns: &str) -> Option<Vec<Value>> {
+        self.current().rules_of(r, ns).cloned()
+    }
+
     /// Allow when a binding of this user grants a rule covering the request; else no opinion.
     pub fn decide(&self, user: &UserInfo, a: &Attributes) -> Decision {
         let s = self.current();
-        let role_rules = |binding: &Value, ns: &str| -> Option<&Vec<Value>> {
-            let kind = binding.pointer("/roleRef/kind").and_then(Value::as_str)?;
-            let name = binding.pointer("/roleRef/name").and_then(Value::as_str)?;
-            match kind {
-                "ClusterRole" => s.cluster_roles.get(name),
-                "Role" => s.roles.get(&(ns.to_string(), name.to_string())),
-                _ => None,
-            }
-        };
+        let role_rules =
+            |binding: &Value, ns: &str| role_ref(binding).and_then(|r| s.rules_of(r, ns));
         let grants = |binding: &Value, ns: &str| {
             authz::binding_applies(binding, user)
                 && role_rules(binding, ns)

@@ -92,6 +92,8 @@ pub struct Cacher {
     progress: Mutex<Option<rkube_etcd_api::WatchSender>>,
     pub duplex: bool,
     next_id: AtomicU64,
+    /// Objects and watchers are indexed by `spec.nodeName` (the kind's strategy says so).
+    node_indexed: bool,
 }
 
 /// Where a watch starts.
@@ -150,6 +152,7 @@ impl Cacher {
             progress: Mutex::new(None),
             duplex,
             next_id: AtomicU64::new(1),
+            node_indexed: crate::kinds::of(def).node_indexed(),
         })
     }
 
@@ -230,7 +233,7 @@ impl Cacher {
             .storage
             .current_revision(&self.prefix)
             .await
-            .map_err(|e| crate::registry::storage_error(self.def, "list", e))?
+            .map_err(|e| crate::storage::storage_error(self.def, "list", e))?
             as u64;
         if self.resource_version() >= cur && self.is_ready() {
             return Ok(Some(cur));
@@ -288,9 +291,9 @@ impl Cacher {
             std::ops::Bound::Excluded(a) => Some(a.clone()),
             _ => None,
         };
-        let indexed = self.def.kind == "Pod" && filter.fields.exact("spec.nodeName").is_some();
+        let indexed = self.node_indexed && filter.fields.exact("spec.nodeName").is_some();
         let iter: Box<dyn Iterator<Item = (&String, &Arc<CachedObject>)>> = if indexed {
-            Box::new(candidates(&st, filter, self.def.kind).map(|o| (&o.key, o)))
+            Box::new(candidates(&st, filter, self.node_indexed).map(|o| (&o.key, o)))
         } else {
             Box::new(st.objects.range((start, std::ops::Bound::Unbounded)))
         };
@@ -333,7 +336,7 @@ impl Cacher {
                 Start::Snapshot => {
                     // Only pointers are taken under the lock; lines are built after it.
                     snapshot.extend(
-                        candidates(&st, &spec.filter, self.def.kind)
+                        candidates(&st, &spec.filter, self.node_indexed)
                             .filter(|o| spec.filter.matches(o))
                             .cloned(),
                     );
@@ -357,7 +360,7 @@ impl Cacher {
             };
             let (tx, rx) = mpsc::channel(self.cfg.watcher_buffer);
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let node = if self.def.kind == "Pod" {
+            let node = if self.node_indexed {
                 spec.filter.fields.exact("spec.nodeName").map(String::from)
             } else {
                 None
@@ -470,7 +473,7 @@ impl Cacher {
             remove_watcher(&mut st, id);
         }
         st.node_keys.clear();
-        if self.def.kind == "Pod" {
+        if self.node_indexed {
             for o in objects.values() {
                 st.node_keys
                     .entry(o.node().to_string())
@@ -567,7 +570,7 @@ impl Cacher {
                 if let Some(old) = st.objects.insert(ev.obj.key.clone(), ev.obj.clone()) {
                     unindex_node(&mut st, &old);
                 }
-                if self.def.kind == "Pod" {
+                if self.node_indexed {
                     st.node_keys
                         .entry(ev.obj.node().to_string())
                         .or_default()
@@ -614,7 +617,7 @@ impl Cacher {
 
     fn dispatch(&self, st: &mut State, ev: &Arc<CachedEvent>) {
         let mut targets: Vec<u64> = st.unindexed.iter().copied().collect();
-        if self.def.kind == "Pod" {
+        if self.node_indexed {
             for obj in std::iter::once(&ev.obj).chain(ev.prev.iter()) {
                 if let Some(ids) = st.by_node.get(obj.field("spec.nodeName")) {
                     targets.extend(ids.iter().copied());
@@ -663,9 +666,9 @@ fn unindex_node(st: &mut State, old: &CachedObject) {
 fn candidates<'a>(
     st: &'a State,
     filter: &Filter,
-    kind: &str,
+    node_indexed: bool,
 ) -> Box<dyn Iterator<Item = &'a Arc<CachedObject>> + 'a> {
-    if kind == "Pod" {
+    if node_indexed {
         if let Some(node) = filter.fields.exact("spec.nodeName") {
             return match st.node_keys.get(node) {
                 Some(keys) => Box::new(keys.iter().filter_map(|k| st.objects.get(k))),

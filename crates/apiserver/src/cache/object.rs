@@ -15,10 +15,11 @@ pub struct CachedObject {
     pub key: String,
     pub rv: u64,
     pub json: Bytes,
-    kind: &'static str,
+    /// The kind's selectable fields beyond the common two (what `fields` holds, in order).
+    selectable: &'static [&'static str],
     /// Sorted `(key, value)` label pairs.
     labels: Box<[(Box<str>, Box<str>)]>,
-    /// The selectable fields' values, `\0`-separated, in `field_order(kind)` order.
+    /// The selectable fields' values, `\0`-separated: `COMMON_FIELDS`, then `selectable`.
     fields: Box<str>,
 }
 
@@ -39,16 +40,19 @@ impl CachedObject {
             .into_iter()
             .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
             .collect();
-        let fields: Vec<String> = rkube_api::fields::object_fields(def.kind, obj)
-            .into_iter()
-            .map(|(_, v)| v)
+        let strategy = crate::kinds::of(def);
+        let selectable = strategy.selectable_fields();
+        let fields: Vec<String> = rkube_api::fields::COMMON_FIELDS
+            .iter()
+            .chain(selectable)
+            .map(|f| strategy.field_value(obj, f))
             .collect();
         CachedObject {
             key,
             rv,
             // Exactly sized: serialization grows its buffer by doubling.
             json: Bytes::copy_from_slice(&serde_json::to_vec(obj).unwrap_or_default()),
-            kind: def.kind,
+            selectable,
             labels: labels.into_boxed_slice(),
             fields: fields.join("\0").into_boxed_str(),
         }
@@ -64,7 +68,11 @@ impl CachedObject {
 
     /// A selectable field's value ("" when absent or not selectable).
     pub fn field(&self, name: &str) -> &str {
-        match rkube_api::fields::field_order(self.kind).position(|f| f == name) {
+        let position = rkube_api::fields::COMMON_FIELDS
+            .iter()
+            .chain(self.selectable)
+            .position(|f| *f == name);
+        match position {
             Some(i) => self.fields.split('\0').nth(i).unwrap_or(""),
             None => "",
         }

@@ -32,19 +32,13 @@ fn subresource_kind<'a>(
     Option<&'static str>,
     &'static [&'static str],
 ) {
+    let verbs = resources::subresource_verbs(sub);
     match sub {
-        "status" => (r.kind, None, None, &["get", "patch", "update"]),
-        "scale" => (
-            "Scale",
-            Some("autoscaling"),
-            Some("v1"),
-            &["get", "patch", "update"],
-        ),
-        "binding" => ("Binding", None, None, &["create"]),
-        "eviction" => ("Eviction", Some("policy"), Some("v1"), &["create"]),
-        "log" => ("Pod", None, None, &["get"]),
-        "finalize" => ("Namespace", None, None, &["update"]),
-        _ => (r.kind, None, None, &["get"]),
+        "scale" => ("Scale", Some("autoscaling"), Some("v1"), verbs),
+        "binding" => ("Binding", None, None, verbs),
+        "eviction" => ("Eviction", Some("policy"), Some("v1"), verbs),
+        // status, log, finalize: the resource's own kind.
+        _ => (r.kind, None, None, verbs),
     }
 }
 

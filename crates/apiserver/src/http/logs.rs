@@ -1,18 +1,96 @@
-//! `GET pods/{name}/log`: finds the pod's node, and proxies the request to the kubelet serving
-//! it (`http://<InternalIP>:<daemonEndpoints.kubeletEndpoint.Port>/containerLogs/...`),
-//! streaming the answer (for `follow`).
+//! `GET pods/{name}/log`: finds the pod's node and proxies the request to the kubelet serving
+//! it, streaming the answer (for `follow`).
+//!
+//! The apiserver connects where a node's status says, so that is what an attacker who can
+//! write a node's status would aim: addresses are validated when stored (`kinds::node`) and
+//! again here (an IP address, a port), the URL is built by a URL builder from validated parts,
+//! one shared client follows no redirects and has connect and header timeouts, non-followed
+//! bodies are capped, and a kubelet's error body is never passed on as it is. With
+//! `--kubelet-client-certificate` the apiserver speaks HTTPS to kubelets and presents that
+//! certificate (the kubelet-agent then requires it).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use futures_util::TryStreamExt;
-use rkube_api::ApiError;
+use futures_util::StreamExt;
+use rkube_api::{ApiError, Query};
 use serde_json::Value;
 
-use super::ApiState;
-use crate::registry::Registry;
+use super::Scope;
+use crate::kinds::node;
 
-/// Query parameters passed on to the kubelet.
+/// How the apiserver reaches kubelets (`--kubelet-client-certificate`, `--kubelet-client-key`,
+/// `--kubelet-certificate-authority`).
+#[derive(Clone, Debug, Default)]
+pub struct KubeletConfig {
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+}
+
+/// The one client kubelets are reached with.
+pub struct KubeletClient {
+    http: reqwest::Client,
+    scheme: &'static str,
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
+/// The most a non-followed log response carries.
+const MAX_LOG_BYTES: usize = 64 * 1024 * 1024;
+
+impl KubeletClient {
+    pub fn new(cfg: &KubeletConfig) -> anyhow::Result<Self> {
+        let mut b = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let scheme = match (&cfg.client_cert, &cfg.client_key) {
+            (Some(cert), Some(key)) => {
+                let mut pem = std::fs::read(cert).map_err(|e| {
+                    anyhow::anyhow!("--kubelet-client-certificate {}: {e}", cert.display())
+                })?;
+                pem.push(b'\n');
+                pem.extend(
+                    std::fs::read(key).map_err(|e| {
+                        anyhow::anyhow!("--kubelet-client-key {}: {e}", key.display())
+                    })?,
+                );
+                let id = reqwest::Identity::from_pem(&pem)
+                    .map_err(|e| anyhow::anyhow!("--kubelet-client-certificate/key: {e}"))?;
+                b = b.use_rustls_tls().identity(id);
+                match &cfg.ca {
+                    Some(ca) => {
+                        let pem = std::fs::read(ca).map_err(|e| {
+                            anyhow::anyhow!("--kubelet-certificate-authority {}: {e}", ca.display())
+                        })?;
+                        for c in reqwest::Certificate::from_pem_bundle(&pem)
+                            .map_err(|e| anyhow::anyhow!("--kubelet-certificate-authority: {e}"))?
+                        {
+                            b = b.add_root_certificate(c);
+                        }
+                    }
+                    // Upstream's default: kubelets' serving certificates are not verified
+                    // without a CA; the apiserver still proves who it is.
+                    None => b = b.danger_accept_invalid_certs(true),
+                }
+                "https"
+            }
+            (None, None) => "http",
+            _ => anyhow::bail!("--kubelet-client-certificate and --kubelet-client-key go together"),
+        };
+        Ok(KubeletClient {
+            http: b.build()?,
+            scheme,
+        })
+    }
+}
+
+/// Query parameters passed on to the kubelet, each validated.
 const FORWARDED: [&str; 6] = [
     "follow",
     "tailLines",
@@ -53,62 +131,157 @@ fn container_of(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, 
     )))
 }
 
-pub async fn pod_log(
-    state: &ApiState,
-    pods: &Registry,
-    ns: &str,
-    name: &str,
-    query: &rkube_api::Query,
-) -> Result<Response, ApiError> {
+/// The forwarded options, validated as upstream's PodLogOptions and rewritten canonically.
+fn log_options(q: &Query) -> Result<Vec<(&'static str, String)>, ApiError> {
+    let mut out = Vec::new();
+    for key in FORWARDED {
+        let Some(v) = q.get(key) else { continue };
+        let value = match key {
+            "follow" | "timestamps" | "previous" => q.flag(key).to_string(),
+            _ => {
+                let n: i64 = v.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid value for {key}: {v:?}"))
+                })?;
+                let min = if key == "tailLines" { 0 } else { 1 };
+                if n < min {
+                    return Err(ApiError::invalid(
+                        "",
+                        "PodLogOptions",
+                        "",
+                        vec![rkube_api::StatusCause::invalid_raw(
+                            key,
+                            &n.to_string(),
+                            &format!("must be greater than or equal to {min}"),
+                        )],
+                    ));
+                }
+                n.to_string()
+            }
+        };
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
+/// A short, printable excerpt of a kubelet's error body (its first line).
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let line = text.lines().next().unwrap_or("").trim();
+    line.chars().filter(|c| !c.is_control()).take(200).collect()
+}
+
+pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
+    let (ns, name) = (s.ns, s.name());
+    let options = log_options(s.query)?;
     let pod: Value =
-        serde_json::from_slice(&pods.get(ns, name, None).await?).unwrap_or(Value::Null);
-    let asked = query.get("container");
-    let container = container_of(&pod, name, asked)?;
+        serde_json::from_slice(&s.reg.get(ns, name, None).await?).unwrap_or(Value::Null);
+    let container = container_of(&pod, name, s.query.get("container"))?;
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
         return Err(ApiError::bad_request(format!(
             "pod {name} does not have a host assigned"
         )));
     }
-    let nodes = state
+    let nodes = s
+        .state
         .registries
         .get(&("", "nodes"))
         .ok_or_else(|| ApiError::internal("no node registry"))?;
-    let node: Value =
+    let node_obj: Value =
         serde_json::from_slice(&nodes.get("", node_name, None).await?).unwrap_or(Value::Null);
-    let ip = node["status"]["addresses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["type"] == "InternalIP")
-        .and_then(|a| a["address"].as_str())
-        .ok_or_else(|| {
-            ApiError::bad_request(format!("node {node_name} has no InternalIP address"))
-        })?;
-    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-        .as_u64()
-        .unwrap_or(10250);
-    let mut url = format!("http://{ip}:{port}/containerLogs/{ns}/{name}/{container}");
-    let forwarded: Vec<String> = query
-        .pairs()
-        .iter()
-        .filter(|(k, _)| FORWARDED.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    if !forwarded.is_empty() {
-        url.push('?');
-        url.push_str(&forwarded.join("&"));
+    let unusable =
+        |what: &str| ApiError::bad_request(format!("node {node_name} has no usable {what}"));
+    let ip: IpAddr = node::address(&node_obj, "InternalIP")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| unusable("InternalIP address"))?;
+    let port = match node::kubelet_port(&node_obj) {
+        None => 10250,
+        Some(p) => u16::try_from(p)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| unusable("kubelet port"))?,
+    };
+    let kubelet = &s.state.kubelet;
+    let mut url = reqwest::Url::parse(&format!("{}://127.0.0.1/", kubelet.scheme))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    url.set_ip_host(ip)
+        .and_then(|_| url.set_port(Some(port)))
+        .map_err(|_| ApiError::internal("building the kubelet URL"))?;
+    url.path_segments_mut()
+        .map_err(|_| ApiError::internal("building the kubelet URL"))?
+        .clear()
+        .extend(["containerLogs", ns, name, &container]);
+    if !options.is_empty() {
+        let mut pairs = url.query_pairs_mut();
+        for (k, v) in &options {
+            pairs.append_pair(k, v);
+        }
     }
-    let resp = reqwest::get(&url)
-        .await
-        .map_err(|e| ApiError::internal(format!("Get \"{url}\": {e}")))?;
+    let follow = s.query.flag("follow");
+    let sent = tokio::time::timeout(HEADER_TIMEOUT, kubelet.http.get(url.clone()).send()).await;
+    let resp = match sent {
+        Err(_) => {
+            return Err(ApiError::internal(format!(
+                "the kubelet on node {node_name} did not answer in time"
+            )))
+        }
+        Ok(Err(e)) => {
+            let why = if e.is_connect() {
+                "could not be reached"
+            } else {
+                "failed"
+            };
+            return Err(ApiError::internal(format!(
+                "the kubelet on node {node_name} {why}"
+            )));
+        }
+        Ok(Ok(r)) => r,
+    };
     let code = resp.status().as_u16();
     if !(200..300).contains(&code) {
-        let text = resp.text().await.unwrap_or_default();
-        return Err(ApiError::bad_request(text.trim().to_string()));
+        let head = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut stream = resp.bytes_stream();
+            let mut buf = Vec::new();
+            while let Some(Ok(chunk)) = stream.next().await {
+                buf.extend_from_slice(&chunk);
+                if buf.len() > 4096 {
+                    break;
+                }
+            }
+            buf
+        })
+        .await
+        .unwrap_or_default();
+        let why = excerpt(&head);
+        let message = if why.is_empty() {
+            format!("the kubelet on node {node_name} answered {code}")
+        } else {
+            why
+        };
+        return Err(if code == 404 {
+            ApiError::not_found(&rkube_api::GroupResource::new("", "pods/log"), name)
+                .with_message(message)
+        } else {
+            ApiError::bad_request(message)
+        });
     }
-    let body = Body::from_stream(resp.bytes_stream().map_err(std::io::Error::other));
-    Ok((StatusCode::OK, [("content-type", "text/plain")], body).into_response())
+    let cap = if follow { usize::MAX } else { MAX_LOG_BYTES };
+    let body = resp.bytes_stream().scan(0usize, move |sent, chunk| {
+        let next = match chunk {
+            Ok(c) if *sent < cap => {
+                *sent = sent.saturating_add(c.len());
+                Some(Ok::<_, std::io::Error>(c))
+            }
+            _ => None,
+        };
+        futures_util::future::ready(next)
+    });
+    Ok((
+        StatusCode::OK,
+        [("content-type", "text/plain")],
+        Body::from_stream(body),
+    )
+        .into_response())
 }
 
 #[cfg(test)]
@@ -131,5 +304,31 @@ mod tests {
         let annotated = json!({"metadata": {"annotations": {"kubectl.kubernetes.io/default-container": "b"}},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
         assert_eq!(container_of(&annotated, "p", None).unwrap(), "b");
+    }
+
+    #[test]
+    fn options_are_validated_and_rewritten() {
+        let q = Query::parse("follow&tailLines=3&timestamps=0&container=x").unwrap();
+        assert_eq!(
+            log_options(&q).unwrap(),
+            [
+                ("follow", "true".to_string()),
+                ("tailLines", "3".to_string()),
+                ("timestamps", "false".to_string())
+            ]
+        );
+        assert_eq!(
+            log_options(&Query::parse("tailLines=-1").unwrap())
+                .unwrap_err()
+                .code(),
+            422
+        );
+        assert_eq!(
+            log_options(&Query::parse("limitBytes=x%26y").unwrap())
+                .unwrap_err()
+                .code(),
+            400
+        );
+        assert_eq!(excerpt(b"line one\x1b[31m\nline two"), "line one[31m");
     }
 }

@@ -1,48 +1,58 @@
-//! The HTTP front: routing of resource paths to the registry, request bodies and content
-//! types, and the one place an `ApiError` becomes a `kind: Status` response.
+//! The HTTP front: the request's parsed info (from the chain) becomes one `Scope`, dispatched
+//! on an explicit (verb, subresource) table to the per-verb handlers (`read`, `create`,
+//! `update`, `patch`, `delete`, `subresources`, `logs`, `reviews`); discovery and OpenAPI for
+//! non-resource paths; and the one place an `ApiError` becomes a `kind: Status` response.
 
+pub mod body;
+pub mod create;
+pub mod delete;
 pub mod discovery;
 pub mod logs;
 pub mod openapi;
+pub mod patch;
+pub mod read;
 pub mod reviews;
 pub mod subresources;
 pub mod table;
+pub mod update;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
-use rkube_api::options::dry_run;
-use rkube_api::{meta, ApiError, DeleteOptions, ListOptions, Query, Status};
+use bytes::Bytes;
+use rkube_api::authz::UserInfo;
+use rkube_api::{resources, ApiError, Query, Status};
 use serde_json::Value;
 
-use crate::registry::{Deleted, ListResult, PatchType, Registry};
+use crate::registry::{Registries, Registry, Write};
 use crate::request::{self, RequestInfo};
 
-/// Request bodies above this are refused (upstream's 3 MiB limit).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
+pub use body::{read_body, MAX_BODY};
 
 #[derive(Clone)]
 pub struct ApiState {
     pub auth: Arc<crate::auth::Auth>,
     pub admission: Arc<crate::admission::Admission>,
-    pub registries: Arc<HashMap<(&'static str, &'static str), Arc<Registry>>>,
+    pub registries: Arc<Registries>,
     pub metrics: Arc<crate::metrics::ApiMetrics>,
     pub shutdown: rkube_daemon::ShutdownToken,
     pub ready: rkube_daemon::health::Ready,
+    /// The client pods/log (and later exec, port-forward) reach kubelets with.
+    pub kubelet: Arc<logs::KubeletClient>,
 }
 
 /// The one conversion from `ApiError` to the wire.
 pub fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut headers = HeaderMap::new();
-    headers.insert("content-type", "application/json".parse().unwrap());
+    headers.insert(
+        "content-type",
+        axum::http::HeaderValue::from_static("application/json"),
+    );
     if let Some(retry) = e
         .status()
         .details
@@ -50,7 +60,9 @@ pub fn error_response(e: &ApiError) -> Response {
         .map(|d| d.retry_after_seconds)
         .filter(|r| *r > 0)
     {
-        headers.insert("retry-after", retry.to_string().parse().unwrap());
+        if let Ok(v) = retry.to_string().parse() {
+            headers.insert("retry-after", v);
+        }
     }
     if e.code() >= 500 {
         tracing::warn!(code = e.code(), reason = e.reason(), message = %e.status().message, "request failed");
@@ -63,49 +75,37 @@ pub fn error_response(e: &ApiError) -> Response {
         .into_response()
 }
 
-fn json_bytes(status: StatusCode, body: Bytes) -> Response {
+pub fn json_bytes(status: StatusCode, body: Bytes) -> Response {
     (status, [("content-type", "application/json")], body).into_response()
 }
 
-fn json_value(status: StatusCode, v: &Value) -> Response {
+pub fn json_value(status: StatusCode, v: &Value) -> Response {
     json_bytes(
         status,
         Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
     )
 }
 
-fn status_response(s: &Status) -> Response {
+pub fn status_response(s: &Status) -> Response {
     let code = StatusCode::from_u16(s.code).unwrap_or(StatusCode::OK);
     json_bytes(code, Bytes::from(serde_json::to_vec(s).unwrap_or_default()))
 }
 
-pub async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::request_entity_too_large("Request entity too large: limit is 3145728")
-    })
+/// Adds `Warning: 299 - "<text>"` headers, as upstream reports non-fatal problems.
+pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        if let Ok(v) = format!("299 - {:?}", w).parse() {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
 }
 
-/// A create/update body as JSON bytes and the object they hold, whatever media type it came in:
-/// JSON, or Kubernetes protobuf (what client-go's typed clients, and so several kubectl
-/// commands, send).
-fn read_object(content_type: &str, raw: Bytes) -> Result<(Bytes, Value), ApiError> {
-    match media_type(content_type) {
-        rkube_api::proto::CONTENT_TYPE => {
-            let v = rkube_api::proto::decode(&raw).map_err(|e| match e {
-                rkube_api::proto::ProtoError::UnknownType(_) => {
-                    ApiError::unsupported_media_type(content_type)
-                }
-                e => ApiError::bad_request(format!(
-                    "the body of the request could not be decoded: {e}"
-                )),
-            })?;
-            let json = serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?;
-            Ok((Bytes::from(json), v))
-        }
-        "" | "*/*" => parse_object(&raw).map(|v| (raw, v)),
-        m if m.ends_with("json") => parse_object(&raw).map(|v| (raw, v)),
-        _ => Err(ApiError::unsupported_media_type(content_type)),
-    }
+/// A request for server-side printing (`as=Table`).
+#[derive(Clone, Copy, Debug)]
+pub struct Printing {
+    /// `includeObject=Object`: rows carry the whole object, not just its metadata.
+    pub include_object: bool,
 }
 
 /// 422 for a bad query option: `PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: …`.
@@ -122,38 +122,57 @@ fn options_invalid(kind: &str, field: &str, reason: &str, message: &str) -> ApiE
     )
 }
 
-/// A DELETE's optional DeleteOptions body, as JSON.
-fn delete_body(content_type: &str, raw: Bytes) -> Result<Bytes, ApiError> {
-    if raw.is_empty() {
-        return Ok(raw);
+/// Everything a handler needs about one resource request, parsed once.
+pub struct Scope<'a> {
+    pub state: &'a ApiState,
+    pub reg: &'a Arc<Registry>,
+    pub info: &'a RequestInfo,
+    pub user: &'a UserInfo,
+    /// The namespace ("" for cluster-scoped or all-namespaces requests).
+    pub ns: &'a str,
+    /// The namespace if the path named one.
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub subresource: Option<&'a str>,
+    pub query: &'a Query,
+    pub content_type: String,
+    pub printing: Option<Printing>,
+    /// `fieldManager` as given.
+    pub field_manager: Option<String>,
+    /// The manager a non-apply write is recorded under (`fieldManager`, else the client's
+    /// User-Agent up to its first `/`, as upstream).
+    pub update_manager: Option<String>,
+}
+
+impl Scope<'_> {
+    /// The name; handlers of named verbs are only dispatched with one.
+    pub fn name(&self) -> &str {
+        self.name.unwrap_or("")
     }
-    Ok(read_object(content_type, raw)?.0)
-}
 
-/// A request header as text ("" when absent or not text).
-fn header(req: &Request, name: &str) -> String {
-    req.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
-
-/// `application/json; charset=utf-8` → `application/json`.
-fn media_type(content_type: &str) -> &str {
-    content_type.split(';').next().unwrap_or("").trim()
-}
-
-fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-    })?;
-    if !v.is_object() {
-        return Err(ApiError::bad_request(
-            "the body of the request must be a JSON object",
-        ));
+    /// How this request writes: admitted as its user, dry or not, recorded under `manager`.
+    pub fn write<'b>(
+        &'b self,
+        admit: &'b crate::admission::ForUser<'b>,
+        dry_run: bool,
+        manager: Option<&'b str>,
+    ) -> Write<'b> {
+        Write {
+            admit,
+            dry_run,
+            manager,
+            verb: self.info.verb,
+        }
     }
-    Ok(v)
+
+    /// Admission for this request's user.
+    pub fn admission(&self) -> crate::admission::ForUser<'_> {
+        self.state.admission.for_user(self.user)
+    }
+
+    pub fn dry_run(&self) -> Result<bool, ApiError> {
+        rkube_api::options::dry_run(self.query)
+    }
 }
 
 /// Serves every resource path; `None` when the path is not one.
@@ -169,19 +188,15 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         Ok(d) => d,
         Err(e) => return Some(error_response(&e)),
     };
+    let user = req
+        .extensions()
+        .get::<UserInfo>()
+        .cloned()
+        .unwrap_or_else(UserInfo::anonymous);
     if resource.is_review() {
-        let content_type = header(&req, "content-type");
-        let user = req
-            .extensions()
-            .get::<rkube_api::authz::UserInfo>()
-            .cloned()
-            .unwrap_or_else(rkube_api::authz::UserInfo::anonymous);
-        let auth = state.auth.clone();
-        let answered = async {
-            let (_, review) = read_object(&content_type, read_body(req.into_body()).await?)?;
-            reviews::answer(def, info.verb, review, &auth, &user)
-        };
-        let resp = answered.await.unwrap_or_else(|e| error_response(&e));
+        let resp = reviews::serve(&state, def, &info, &user, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e));
         state.metrics.observe(
             "create",
             def.plural,
@@ -193,8 +208,10 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
     let Some(registry) = state.registries.get(&(def.group, def.plural)).cloned() else {
         return Some(error_response(&request::not_found_path()));
     };
-    let resp = match serve(&state, &registry, &info, req).await {
-        Ok(r) => r,
+    let resp = match scope(&state, &registry, &info, &user, &req) {
+        Ok(scope) => dispatch(scope, req)
+            .await
+            .unwrap_or_else(|e| error_response(&e)),
         Err(e) => error_response(&e),
     };
     state.metrics.observe(
@@ -204,6 +221,107 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         started.elapsed(),
     );
     Some(resp)
+}
+
+/// A request header as text ("" when absent or not text).
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+fn scope<'a>(
+    state: &'a ApiState,
+    reg: &'a Arc<Registry>,
+    info: &'a RequestInfo,
+    user: &'a UserInfo,
+    req: &Request,
+) -> Result<Scope<'a>, ApiError> {
+    let r = info.resource.as_ref().expect("a resource request");
+    check_accept(req.headers())?;
+    if let Some(name) = &r.name {
+        rkube_api::validation::path_segment_name(name)
+            .map_err(|e| ApiError::bad_request(format!("Name parameter invalid: {name:?}: {e}")))?;
+    }
+    if reg.def.namespaced && r.name.is_some() && r.namespace.is_none() {
+        return Err(ApiError::bad_request("Namespace parameter required."));
+    }
+    let query = &info.query;
+    let printing = table::wants_table(header(req.headers(), "accept")).then(|| Printing {
+        include_object: query.get("includeObject") == Some("Object"),
+    });
+    let field_manager = query.get("fieldManager").map(String::from);
+    if field_manager.as_ref().is_some_and(|m| m.len() > 128) {
+        return Err(options_invalid(
+            "CreateOptions",
+            "fieldManager",
+            "FieldValueTooLong",
+            "Too long: may not be more than 128 bytes",
+        ));
+    }
+    let update_manager = field_manager.clone().or_else(|| {
+        let ua = header(req.headers(), "user-agent");
+        let m: String = ua
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(128)
+            .collect();
+        (!m.is_empty()).then_some(m)
+    });
+    Ok(Scope {
+        state,
+        reg,
+        info,
+        user,
+        ns: r.namespace.as_deref().unwrap_or(""),
+        namespace: r.namespace.as_deref(),
+        name: r.name.as_deref(),
+        subresource: r.subresource.as_deref(),
+        query,
+        content_type: header(req.headers(), "content-type").to_string(),
+        printing,
+        field_manager,
+        update_manager,
+    })
+}
+
+/// The (verb, subresource) table: what each combination is served by. Anything else is the
+/// 405 upstream answers for a method its route does not have.
+async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
+    let named = s.name.is_some();
+    let verbs = match s.subresource {
+        Some(sub) => resources::subresource_verbs(sub),
+        None => resources::verbs(s.reg.def),
+    };
+    let not_allowed = || ApiError::method_not_supported(&s.reg.def.group_resource(), s.info.verb);
+    if !verbs.contains(&s.info.verb) {
+        return Err(not_allowed());
+    }
+    let body = req.into_body();
+    match (s.info.verb, s.subresource, named) {
+        ("get", None | Some("status"), true) => read::get(&s).await,
+        ("get", Some("scale"), true) => subresources::get_scale(&s).await,
+        ("get", Some("log"), true) => logs::pod_log(&s).await,
+        ("list", None, false) => read::list(&s).await,
+        ("watch", None, _) => read::watch(&s).await,
+        ("create", None, false) => create::create(&s, body).await,
+        ("create", Some("binding"), true) => subresources::bind(&s, body).await,
+        ("create", Some("eviction"), true) => subresources::evict(&s, body).await,
+        ("update", None | Some("status") | Some("finalize"), true) => {
+            update::update(&s, body).await
+        }
+        ("update", Some("scale"), true) => subresources::update_scale(&s, body).await,
+        ("patch", None | Some("status"), true) => patch::patch(&s, body).await,
+        ("patch", Some("scale"), true) => subresources::patch_scale(&s, body).await,
+        ("delete", None, true) => delete::delete(&s, body).await,
+        ("deletecollection", None, false) if !(s.reg.def.namespaced && s.namespace.is_none()) => {
+            delete::collection(&s, body).await
+        }
+        _ => Err(not_allowed()),
+    }
 }
 
 /// JSON is the only representation served; an Accept header that rules it out is 406.
@@ -224,382 +342,10 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-async fn serve(
-    state: &ApiState,
-    reg: &Arc<Registry>,
-    info: &RequestInfo,
-    req: Request,
-) -> Result<Response, ApiError> {
-    check_accept(req.headers())?;
-    let query = &info.query;
-    let resource = info.resource.as_ref().expect("a resource request");
-    let as_table = req
-        .headers()
-        .get("accept")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(table::wants_table);
-    let printing = as_table.then(|| Printing {
-        include_object: query.get("includeObject") == Some("Object"),
-    });
-    let method = req.method().clone();
-    let content_type = header(&req, "content-type");
-    let field_manager = query.get("fieldManager").map(String::from);
-    if field_manager.as_ref().is_some_and(|m| m.len() > 128) {
-        return Err(options_invalid(
-            "CreateOptions",
-            "fieldManager",
-            "FieldValueTooLong",
-            "Too long: may not be more than 128 bytes",
-        ));
-    }
-    // Writes without a fieldManager are recorded under the client's name, as upstream does:
-    // the User-Agent up to its first `/`.
-    let update_manager = field_manager.clone().or_else(|| {
-        req.headers()
-            .get("user-agent")
-            .and_then(|v| v.to_str().ok())
-            .map(|ua| {
-                ua.split('/')
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(128)
-                    .collect()
-            })
-            .filter(|m: &String| !m.is_empty())
-    });
-    let manager = update_manager.as_deref();
-    let ns_owned = resource.namespace.clone().unwrap_or_default();
-    let ns = ns_owned.as_str();
-    if reg.def.namespaced && resource.name.is_some() && resource.namespace.is_none() {
-        return Err(ApiError::bad_request("Namespace parameter required."));
-    }
-    if let Some(name) = &resource.name {
-        rkube_api::validation::path_segment_name(name)
-            .map_err(|e| ApiError::bad_request(format!("Name parameter invalid: {name:?}: {e}")))?;
-    }
-    let gr = reg.def.group_resource();
-    let sub = resource.subresource.as_deref();
-    let watch = info.verb == "watch";
-    match (method.as_str(), resource.name.as_deref()) {
-        ("GET", None) => {
-            let opts = ListOptions::from_query(query, watch)?;
-            let scope = resource.namespace.as_deref();
-            if opts.watch {
-                return watch::serve(state, reg, scope, None, &opts, printing).await;
-            }
-            let res = reg.list(scope, &opts).await?;
-            match printing {
-                Some(p) => {
-                    let objs: Vec<Value> = res
-                        .items
-                        .iter()
-                        .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
-                        .collect();
-                    let t = table::table(
-                        reg.def.kind,
-                        &objs,
-                        &res.rv.to_string(),
-                        res.continue_token.as_deref(),
-                        p.include_object,
-                    );
-                    Ok(json_value(StatusCode::OK, &t))
-                }
-                None => Ok(list_response(reg, res)),
-            }
-        }
-        ("GET", Some(name)) => {
-            if watch {
-                let opts = ListOptions::from_query(query, true)?;
-                return watch::serve(
-                    state,
-                    reg,
-                    resource.namespace.as_deref(),
-                    Some(name),
-                    &opts,
-                    printing,
-                )
-                .await;
-            }
-            match sub {
-                Some("scale") => subresources::get_scale(reg, ns, name).await,
-                Some("log") => logs::pod_log(state, reg, ns, name, query).await,
-                _ => {
-                    let rv = query.get("resourceVersion");
-                    let obj = reg.get(ns, name, rv).await?;
-                    match printing {
-                        Some(p) => {
-                            let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
-                            let t = table::table(
-                                reg.def.kind,
-                                std::slice::from_ref(&v),
-                                meta::resource_version(&v),
-                                None,
-                                p.include_object,
-                            );
-                            Ok(json_value(StatusCode::OK, &t))
-                        }
-                        None => Ok(json_bytes(StatusCode::OK, obj)),
-                    }
-                }
-            }
-        }
-        ("POST", None) => {
-            let dry = dry_run(query)?;
-            let fv = FieldValidation::from_query(query)?;
-            let (raw, mut body) = read_object(&content_type, read_body(req.into_body()).await?)?;
-            let warnings = fv.check(reg.def.kind, &raw, &body)?;
-            // Dry runs are admitted too (defaults applied, limits and quota checked); quota
-            // is then checked without being charged.
-            state.admission.create(reg.def, ns, &mut body, dry).await?;
-            let obj = reg.create(ns, body, dry, manager).await?;
-            Ok(with_warnings(
-                json_value(StatusCode::CREATED, &obj),
-                &warnings,
-            ))
-        }
-        ("POST", Some(name)) => {
-            let dry = dry_run(query)?;
-            let (_, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
-            match sub {
-                Some("binding") => subresources::bind(reg, ns, name, body, dry).await,
-                Some("eviction") => subresources::evict(reg, ns, name, body, dry).await,
-                _ => Err(ApiError::method_not_supported(&gr, "create")),
-            }
-        }
-        ("PUT", Some(name)) => {
-            let dry = dry_run(query)?;
-            let (raw, body) = read_object(&content_type, read_body(req.into_body()).await?)?;
-            match sub {
-                Some("scale") => {
-                    subresources::update_scale(reg, ns, name, body, dry, manager).await
-                }
-                Some("finalize") | Some("status") | None => {
-                    let warnings =
-                        FieldValidation::from_query(query)?.check(reg.def.kind, &raw, &body)?;
-                    let (obj, created) = reg.update(ns, name, body, sub, dry, manager).await?;
-                    let code = if created {
-                        StatusCode::CREATED
-                    } else {
-                        StatusCode::OK
-                    };
-                    Ok(with_warnings(json_value(code, &obj), &warnings))
-                }
-                Some(_) => Err(ApiError::method_not_supported(&gr, "update")),
-            }
-        }
-        ("PATCH", Some(name)) => {
-            let dry = dry_run(query)?;
-            let body = read_body(req.into_body()).await?;
-            let pt = match media_type(&content_type) {
-                "application/merge-patch+json" => PatchType::Merge,
-                "application/json-patch+json" => PatchType::Json,
-                "application/strategic-merge-patch+json" => PatchType::Strategic,
-                "application/apply-patch+yaml" => PatchType::Apply {
-                    force: query.flag("force"),
-                },
-                other => return Err(ApiError::unsupported_media_type(other)),
-            };
-            let force_given = query.has("force");
-            if force_given && !matches!(pt, PatchType::Apply { .. }) {
-                return Err(options_invalid(
-                    "PatchOptions",
-                    "force",
-                    "FieldValueForbidden",
-                    "Forbidden: may not be specified for non-apply patch",
-                ));
-            }
-            // Apply names its manager explicitly; other patches fall back to the client's.
-            let patch_manager = match pt {
-                PatchType::Apply { .. } => field_manager.as_deref(),
-                _ => manager,
-            };
-            match sub {
-                Some("scale") => {
-                    subresources::patch_scale(reg, ns, name, pt, &body, dry, manager).await
-                }
-                Some("status") | None => {
-                    let (obj, created) = reg
-                        .patch(
-                            ns,
-                            name,
-                            crate::registry::PatchRequest {
-                                patch_type: pt,
-                                body: &body,
-                                subresource: sub,
-                                dry_run: dry,
-                                strict_fields: FieldValidation::from_query(query)?
-                                    == FieldValidation::Strict,
-                                manager: patch_manager,
-                            },
-                        )
-                        .await?;
-                    let code = if created {
-                        StatusCode::CREATED
-                    } else {
-                        StatusCode::OK
-                    };
-                    Ok(json_value(code, &obj))
-                }
-                Some(_) => Err(ApiError::method_not_supported(&gr, "patch")),
-            }
-        }
-        ("DELETE", Some(name)) => {
-            let body = delete_body(&content_type, read_body(req.into_body()).await?)?;
-            let opts = DeleteOptions::parse(&body, query)?;
-            match reg.delete(ns, name, &opts).await? {
-                Deleted::Gone(obj) if reg.def.kind != "Pod" => {
-                    Ok(status_response(&reg.delete_status(&obj)))
-                }
-                Deleted::Gone(obj) | Deleted::Pending(obj) => Ok(json_value(StatusCode::OK, &obj)),
-            }
-        }
-        ("DELETE", None) if reg.def.namespaced && resource.namespace.is_none() => {
-            Err(ApiError::method_not_supported(&gr, "deletecollection"))
-        }
-        ("DELETE", None) => {
-            let body = delete_body(&content_type, read_body(req.into_body()).await?)?;
-            let del = DeleteOptions::parse(&body, query)?;
-            let opts = ListOptions::from_query(query, false)?;
-            delete_collection(reg, resource.namespace.as_deref(), &opts, &del).await
-        }
-        (m, _) => Err(ApiError::method_not_supported(&gr, &m.to_lowercase())),
-    }
-}
-
-/// `fieldValidation`: what to do about fields the type does not declare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FieldValidation {
-    Strict,
-    Warn,
-    Ignore,
-}
-
-impl FieldValidation {
-    fn from_query(q: &Query) -> Result<Self, ApiError> {
-        match q.get("fieldValidation") {
-            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
-            Some("Strict") => Ok(FieldValidation::Strict),
-            Some("Ignore") => Ok(FieldValidation::Ignore),
-            Some(other) => Err(ApiError::bad_request(format!(
-                "fieldValidation must be one of Ignore, Warn, Strict; got {other:?}"
-            ))),
-        }
-    }
-
-    /// Refuses (Strict) or returns warnings (Warn) for undeclared and duplicate fields of a
-    /// body (`raw` as sent, `body` as decoded).
-    fn check(self, kind: &str, raw: &[u8], body: &Value) -> Result<Vec<String>, ApiError> {
-        if self == FieldValidation::Ignore {
-            return Ok(Vec::new());
-        }
-        let mut msgs: Vec<String> = crate::registry::strategy::unknown_fields(kind, body)
-            .iter()
-            .map(|f| format!("unknown field \"{f}\""))
-            .collect();
-        msgs.extend(
-            rkube_api::duplicates::duplicate_fields(raw)
-                .iter()
-                .map(|f| format!("duplicate field \"{f}\"")),
-        );
-        if msgs.is_empty() {
-            return Ok(Vec::new());
-        }
-        if self == FieldValidation::Strict {
-            return Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                msgs.join(", ")
-            )));
-        }
-        Ok(msgs)
-    }
-}
-
-/// Adds `Warning: 299 - "<text>"` headers, as upstream reports non-fatal problems.
-fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
-    for w in warnings {
-        if let Ok(v) = format!("299 - {:?}", w).parse() {
-            resp.headers_mut().append("warning", v);
-        }
-    }
-    resp
-}
-
-/// A request for server-side printing (`as=Table`).
-#[derive(Clone, Copy, Debug)]
-pub struct Printing {
-    /// `includeObject=Object`: rows carry the whole object, not just its metadata.
-    pub include_object: bool,
-}
-
-/// `{"kind":"<Kind>List","apiVersion":…,"metadata":{…},"items":[…]}` from cached item bytes.
-pub fn list_response(reg: &Registry, res: ListResult) -> Response {
-    let mut meta = serde_json::Map::new();
-    meta.insert("resourceVersion".into(), Value::String(res.rv.to_string()));
-    if let Some(c) = &res.continue_token {
-        meta.insert("continue".into(), Value::String(c.clone()));
-    }
-    if let Some(r) = res.remaining {
-        meta.insert("remainingItemCount".into(), Value::from(r));
-    }
-    let total: usize = res.items.iter().map(|i| i.len() + 1).sum();
-    let mut out = BytesMut::with_capacity(total + 256);
-    out.extend_from_slice(
-        format!(
-            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
-            reg.def.list_kind,
-            reg.def.api_version(),
-            Value::Object(meta)
-        )
-        .as_bytes(),
-    );
-    for (i, item) in res.items.iter().enumerate() {
-        if i > 0 {
-            out.extend_from_slice(b",");
-        }
-        out.extend_from_slice(item);
-    }
-    out.extend_from_slice(b"]}");
-    json_bytes(StatusCode::OK, out.freeze())
-}
-
-async fn delete_collection(
-    reg: &Registry,
-    ns: Option<&str>,
-    opts: &ListOptions,
-    del: &DeleteOptions,
-) -> Result<Response, ApiError> {
-    let res = reg.list(ns, opts).await?;
-    let mut deleted = Vec::new();
-    for item in &res.items {
-        let obj: Value = serde_json::from_slice(item).unwrap_or(Value::Null);
-        let (ins, name) = (
-            meta::namespace(&obj).to_string(),
-            meta::name(&obj).to_string(),
-        );
-        match reg.delete(&ins, &name, del).await {
-            Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => deleted.push(o),
-            Err(e) if e.code() == 404 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let list = serde_json::json!({
-        "kind": reg.def.list_kind,
-        "apiVersion": reg.def.api_version(),
-        "metadata": {"resourceVersion": res.rv.to_string()},
-        "items": deleted,
-    });
-    Ok(json_value(StatusCode::OK, &list))
-}
-
 pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
     if req.method() == Method::GET {
         let path = req.uri().path().trim_end_matches('/');
-        let accept = req
-            .headers()
-            .get("accept")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let accept = header(req.headers(), "accept");
         if path == "/openapi/v2" {
             return openapi::v2(accept);
         }

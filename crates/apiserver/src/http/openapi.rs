@@ -8,11 +8,8 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use k8s_openapi::api::flowcontrol::v1 as flowcontrol;
-use k8s_openapi::api::rbac::v1 as rbac;
-use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coordination, core::v1 as core};
 use rkube_api::{resources, ResourceDef, RESOURCES};
-use schemars::gen::{SchemaGenerator, SchemaSettings};
+use schemars::gen::SchemaSettings;
 use serde_json::{json, Map, Value};
 
 fn gv_path(group: &str, version: &str) -> String {
@@ -75,29 +72,6 @@ pub fn group_version(group: &str, version: &str) -> Option<Value> {
     .cloned()
 }
 
-/// Registers a served kind's schema (and everything it references) with the generator.
-fn register(gen: &mut SchemaGenerator, kind: &str) -> bool {
-    macro_rules! kinds {
-        ($($name:literal => $ty:ty),* $(,)?) => {
-            match kind {
-                $($name => { gen.subschema_for::<$ty>(); true })*
-                _ => false,
-            }
-        };
-    }
-    kinds! {
-        "Namespace" => core::Namespace, "Pod" => core::Pod, "Node" => core::Node,
-        "Event" => core::Event, "ConfigMap" => core::ConfigMap, "Secret" => core::Secret,
-        "Service" => core::Service, "ServiceAccount" => core::ServiceAccount,
-        "LimitRange" => core::LimitRange, "ResourceQuota" => core::ResourceQuota,
-        "Deployment" => apps::Deployment, "ReplicaSet" => apps::ReplicaSet,
-        "Lease" => coordination::Lease, "Role" => rbac::Role, "RoleBinding" => rbac::RoleBinding,
-        "ClusterRole" => rbac::ClusterRole, "ClusterRoleBinding" => rbac::ClusterRoleBinding,
-        "FlowSchema" => flowcontrol::FlowSchema,
-        "PriorityLevelConfiguration" => flowcontrol::PriorityLevelConfiguration,
-    }
-}
-
 /// Upstream's shape for a described reference: `{"description": …, "allOf": [{"$ref": …}]}`
 /// (schemars writes `$ref` beside the description, which OpenAPI 3.0 readers ignore).
 fn wrap_refs(v: &mut Value) {
@@ -157,10 +131,7 @@ fn build_group_version(group: &str, version: &str) -> Option<Value> {
                 "delete": op(def, "delete", &["gracePeriodSeconds", "propagationPolicy", "dryRun"]),
             }),
         );
-        if !register(&mut gen, def.kind) {
-            // A kind without a Rust type: an open object, validated by the server alone.
-            schemas.insert(schema_name(def), json!({"type": "object"}));
-        }
+        crate::kinds::of(def).schema(&mut gen);
         kinds.push(def);
     }
     for (name, schema) in gen.take_definitions() {

@@ -11,6 +11,25 @@ use rkube_api::{ApiError, ResourceDef};
 use crate::auth::Auth;
 use serde_json::{json, Value};
 
+/// Serves a review request: its body decoded, then answered.
+pub async fn serve(
+    state: &super::ApiState,
+    def: &ResourceDef,
+    info: &crate::request::RequestInfo,
+    user: &UserInfo,
+    req: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let raw = super::body::read_body(req.into_body()).await?;
+    let (_, review) = super::body::read_object(&content_type, raw)?;
+    answer(def, info.verb, review, &state.auth, user)
+}
+
 /// Answers a review (`create` only) with its `status` filled in.
 pub fn answer(
     def: &ResourceDef,
@@ -35,15 +54,15 @@ pub fn answer(
     review["apiVersion"] = json!(def.api_version());
     review["kind"] = json!(def.kind);
     let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
-    review["status"] = match def.kind {
-        "SelfSubjectReview" => {
+    review["status"] = match def.plural {
+        "selfsubjectreviews" => {
             let mut info = json!({"username": user.name, "groups": user.groups});
             if !user.uid.is_empty() {
                 info["uid"] = json!(user.uid);
             }
             json!({ "userInfo": info })
         }
-        "SelfSubjectAccessReview" => {
+        "selfsubjectaccessreviews" => {
             let attrs = review_attributes(&spec)?;
             match auth.authorize(user, &attrs) {
                 Ok(()) => json!({"allowed": true}),

@@ -1,189 +1,65 @@
 //! Subresources with their own semantics: `pods/binding` (the scheduler's bind),
-//! `pods/eviction`, and the `scale` view of Deployments and ReplicaSets.
+//! `pods/eviction`, and the `scale` view of workloads.
 
+use axum::body::Body;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use rkube_api::patch::PatchKind;
+use rkube_api::strategic::Lists;
 use rkube_api::{meta, ApiError, DeleteOptions, GroupResource, Status, StatusCause};
 use serde_json::{json, Value};
 
-use crate::registry::{Decision, PatchType, Registry};
+use super::body::{read_body, read_object, read_patch};
+use super::{json_value, Scope};
+use crate::kinds::pod;
+use crate::registry::{Decision, PatchType};
 
 fn status(code: u16) -> Response {
-    let s = Status::success(code, None);
-    (
+    json_value(
         StatusCode::from_u16(code).unwrap_or(StatusCode::OK),
-        [("content-type", "application/json")],
-        serde_json::to_vec(&s).unwrap_or_default(),
+        &serde_json::to_value(Status::success(code, None)).unwrap_or_default(),
     )
-        .into_response()
 }
 
 /// `POST pods/{name}/binding`: sets `spec.nodeName` and `PodScheduled=True` in one CAS update.
-pub async fn bind(
-    reg: &Registry,
-    ns: &str,
-    name: &str,
-    binding: Value,
-    dry: bool,
-) -> Result<Response, ApiError> {
-    let gr = GroupResource::new("", "pods/binding");
-    let bname = meta::name(&binding);
-    if !bname.is_empty() && bname != name {
-        return Err(ApiError::bad_request(
-            "name in URL does not match name in Binding object",
-        ));
-    }
-    let kind = binding
-        .pointer("/target/kind")
-        .and_then(|k| k.as_str())
-        .unwrap_or("");
-    let node = binding
-        .pointer("/target/name")
-        .and_then(|k| k.as_str())
-        .unwrap_or("")
-        .to_string();
-    let mut causes = Vec::new();
-    if !kind.is_empty() && kind != "Node" {
-        causes.push(StatusCause::not_supported(
-            "target.kind",
-            kind,
-            &["Node", "<empty>"],
-        ));
-    }
-    if node.is_empty() {
-        causes.push(StatusCause::required("target.name"));
-    }
-    if !causes.is_empty() {
-        return Err(ApiError::invalid("", "Binding", name, causes));
-    }
-    let annotations = binding
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.as_object())
-        .cloned();
-    let want_uid = meta::uid(&binding).to_string();
-    reg.guaranteed_update(ns, name, dry, |cur| {
-        if !want_uid.is_empty() && want_uid != meta::uid(cur) {
-            return Err(ApiError::conflict(
-                &gr,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {}",
-                    meta::uid(cur)
-                ),
-            ));
-        }
-        if meta::deletion_timestamp(cur).is_some() {
-            return Err(ApiError::conflict(
-                &gr,
-                name,
-                &format!("pod {name} is being deleted, cannot be assigned to a host"),
-            ));
-        }
-        let assigned = cur
-            .pointer("/spec/nodeName")
-            .and_then(|n| n.as_str())
-            .unwrap_or("");
-        if !assigned.is_empty() {
-            return Err(ApiError::conflict(
-                &gr,
-                name,
-                &format!("pod {name} is already assigned to node {assigned:?}"),
-            ));
-        }
-        let mut new = cur.clone();
-        new["spec"]["nodeName"] = json!(node);
-        if let Some(a) = &annotations {
-            let md = meta::metadata_mut(&mut new);
-            let entry = md.entry("annotations").or_insert_with(|| json!({}));
-            if let Some(m) = entry.as_object_mut() {
-                for (k, v) in a {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        set_condition(&mut new, "PodScheduled", "True", None, None);
-        Ok(Decision::Write(new))
-    })
-    .await?;
+pub async fn bind(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
+    let dry = s.dry_run()?;
+    let (_, binding) = read_object(&s.content_type, read_body(body).await?)?;
+    let name = s.name();
+    pod::validate_binding(name, &binding)?;
+    s.reg
+        .guaranteed_update(s.ns, name, dry, |cur| {
+            pod::bind(cur, name, &binding).map(Decision::Write)
+        })
+        .await?;
     Ok(status(201))
-}
-
-/// Sets a pod condition, keeping `lastTransitionTime` when the status does not change.
-pub fn set_condition(
-    pod: &mut Value,
-    kind: &str,
-    status_: &str,
-    reason: Option<&str>,
-    message: Option<&str>,
-) {
-    if !pod.get("status").is_some_and(|s| s.is_object()) {
-        pod["status"] = json!({});
-    }
-    let conds = pod["status"]
-        .as_object_mut()
-        .expect("status object")
-        .entry("conditions")
-        .or_insert_with(|| json!([]));
-    let Some(list) = conds.as_array_mut() else {
-        return;
-    };
-    let now = meta::now_rfc3339();
-    let mut c =
-        json!({"type": kind, "status": status_, "lastProbeTime": null, "lastTransitionTime": now});
-    if let Some(r) = reason {
-        c["reason"] = json!(r);
-    }
-    if let Some(m) = message {
-        c["message"] = json!(m);
-    }
-    match list
-        .iter_mut()
-        .find(|x| x.get("type").and_then(|t| t.as_str()) == Some(kind))
-    {
-        Some(existing) => {
-            if existing.get("status").and_then(|s| s.as_str()) == Some(status_) {
-                c["lastTransitionTime"] = existing
-                    .get("lastTransitionTime")
-                    .cloned()
-                    .unwrap_or(json!(now));
-            }
-            *existing = c;
-        }
-        None => list.push(c),
-    }
 }
 
 /// `POST pods/{name}/eviction`: a delete honouring the eviction's DeleteOptions (no
 /// PodDisruptionBudgets exist here, so every eviction is allowed).
-pub async fn evict(
-    reg: &Registry,
-    ns: &str,
-    name: &str,
-    eviction: Value,
-    dry: bool,
-) -> Result<Response, ApiError> {
+pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
+    let dry = s.dry_run()?;
+    let (_, eviction) = read_object(&s.content_type, read_body(body).await?)?;
     let opts_body = eviction
         .get("deleteOptions")
         .map(|d| serde_json::to_vec(d).unwrap_or_default())
         .unwrap_or_default();
     let mut opts = DeleteOptions::parse(&opts_body, &Default::default())?;
     opts.dry_run |= dry;
-    reg.delete(ns, name, &opts).await?;
+    let admission = s.admission();
+    s.reg
+        .delete(
+            s.ns,
+            s.name(),
+            &opts,
+            s.write(&admission, opts.dry_run, None),
+        )
+        .await?;
     Ok(status(201))
 }
 
-fn scale_of(reg: &Registry, obj: &Value) -> Value {
-    let selector = obj
-        .pointer("/spec/selector/matchLabels")
-        .and_then(|m| m.as_object())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
-    let _ = reg;
+/// The `autoscaling/v1` Scale of a workload.
+fn scale_of(obj: &Value) -> Value {
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -195,37 +71,41 @@ fn scale_of(reg: &Registry, obj: &Value) -> Value {
             "creationTimestamp": meta::meta_str(obj, "creationTimestamp"),
         },
         "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
-        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
+        "status": {
+            "replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": crate::kinds::print::selector_string(obj),
+        },
     })
 }
 
-pub async fn get_scale(reg: &Registry, ns: &str, name: &str) -> Result<Response, ApiError> {
-    let bytes = reg.get(ns, name, None).await?;
+pub async fn get_scale(s: &Scope<'_>) -> Result<Response, ApiError> {
+    let bytes = s.reg.get(s.ns, s.name(), None).await?;
     let obj: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Ok((
-        StatusCode::OK,
-        [("content-type", "application/json")],
-        serde_json::to_vec(&scale_of(reg, &obj)).unwrap_or_default(),
-    )
-        .into_response())
+    Ok(json_value(StatusCode::OK, &scale_of(&obj)))
 }
 
-async fn apply_scale(
-    reg: &Registry,
-    ns: &str,
-    name: &str,
-    dry: bool,
-    manager: Option<&str>,
+/// Writes the replicas of the Scale `make` builds from the current one.
+async fn write_scale(
+    s: &Scope<'_>,
     mut make: impl FnMut(&Value) -> Result<Value, ApiError>,
 ) -> Result<Response, ApiError> {
+    let dry = s.dry_run()?;
+    let name = s.name();
+    let reg = s.reg;
     let gr = GroupResource::new(reg.def.group, &format!("{}/scale", reg.def.plural));
+    let admission = s.admission();
+    let w = s.write(&admission, dry, s.update_manager.as_deref());
     let (obj, _) = reg
-        .guaranteed_update(ns, name, dry, |cur| {
-            let scale = make(&scale_of(reg, cur))?;
-            let replicas = scale
-                .pointer("/spec/replicas")
-                .and_then(|r| r.as_i64())
-                .unwrap_or(0);
+        .update_with(s.ns, name, Some("scale"), w, |cur| {
+            let scale = make(&scale_of(cur))?;
+            let replicas = match scale.pointer("/spec/replicas") {
+                None => 0,
+                Some(r) => r.as_i64().filter(|r| *r <= i64::from(i32::MAX)).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "Scale in version \"v1\" cannot be handled as a Scale: spec.replicas: {r} is not an int32"
+                    ))
+                })?,
+            };
             if replicas < 0 {
                 return Err(ApiError::invalid(
                     "autoscaling",
@@ -259,55 +139,37 @@ async fn apply_scale(
             }
             let mut new = cur.clone();
             new["spec"]["replicas"] = json!(replicas);
-            reg.prepare_update(ns, name, cur, new, None, manager)
+            Ok(new)
         })
         .await?;
-    Ok((
-        StatusCode::OK,
-        [("content-type", "application/json")],
-        serde_json::to_vec(&scale_of(reg, &obj)).unwrap_or_default(),
-    )
-        .into_response())
+    Ok(json_value(StatusCode::OK, &scale_of(&obj)))
 }
 
-pub async fn update_scale(
-    reg: &Registry,
-    ns: &str,
-    name: &str,
-    body: Value,
-    dry: bool,
-    manager: Option<&str>,
-) -> Result<Response, ApiError> {
-    apply_scale(reg, ns, name, dry, manager, |_| Ok(body.clone())).await
+pub async fn update_scale(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
+    let (_, scale) = read_object(&s.content_type, read_body(body).await?)?;
+    write_scale(s, |_| Ok(scale.clone())).await
 }
 
-pub async fn patch_scale(
-    reg: &Registry,
-    ns: &str,
-    name: &str,
-    pt: PatchType,
-    patch: &[u8],
-    dry: bool,
-    manager: Option<&str>,
-) -> Result<Response, ApiError> {
-    let patch: Value = serde_json::from_slice(patch)
-        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    apply_scale(reg, ns, name, dry, manager, |scale| {
-        let mut s = scale.clone();
-        match pt {
-            PatchType::Merge => rkube_api::patch::merge_patch(&mut s, &patch),
-            PatchType::Strategic => rkube_api::strategic::apply("Scale", &mut s, &patch)
-                .map_err(ApiError::bad_request)?,
-            PatchType::Json => {
-                rkube_api::patch::json_patch(&mut s, &patch).map_err(ApiError::bad_request)?
-            }
-            PatchType::Apply { .. } => {
-                return Err(ApiError::unsupported_media_type(
-                    "application/apply-patch+yaml (server-side apply of the scale subresource)",
-                ))
-            }
+pub async fn patch_scale(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
+    let kind = match super::patch::patch_type(s)? {
+        PatchType::Merge => PatchKind::Merge,
+        PatchType::Json => PatchKind::Json,
+        PatchType::Strategic => PatchKind::Strategic,
+        PatchType::Apply { .. } => {
+            return Err(ApiError::unsupported_media_type(
+                "application/apply-patch+yaml (server-side apply of the scale subresource)",
+            ))
         }
-        Ok(s)
+    };
+    let patch = read_patch(false, &read_body(body).await?)?;
+    write_scale(s, |scale| {
+        rkube_api::patch::apply(kind, Lists::GENERIC, scale, &patch).map_err(|e| match e {
+            rkube_api::patch::PatchError::TooManyOperations(m) => {
+                ApiError::request_entity_too_large(m)
+            }
+            rkube_api::patch::PatchError::Malformed(m)
+            | rkube_api::patch::PatchError::Invalid(m) => ApiError::bad_request(m),
+        })
     })
     .await
 }

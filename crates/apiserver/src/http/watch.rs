@@ -94,7 +94,7 @@ pub async fn serve(
         shutdown,
         _guard: guard,
     };
-    let kind = reg.def.kind;
+    let strategy = reg.strategy;
     let body = futures_util::stream::unfold(s, |mut s| async move {
         if let Some(line) = s.initial.next() {
             return Some((Ok::<Bytes, std::io::Error>(line), s));
@@ -109,7 +109,7 @@ pub async fn serve(
         None => Ok(streaming(Body::from_stream(body))),
         Some(p) => {
             let printed =
-                body.map(move |line| line.map(|l| print_event(kind, &l, p.include_object)));
+                body.map(move |line| line.map(|l| print_event(strategy, &l, p.include_object)));
             Ok(streaming(Body::from_stream(printed)))
         }
     }
@@ -117,7 +117,7 @@ pub async fn serve(
 
 /// A watch event with its object replaced by a one-row Table (`kubectl get -w`); bookmarks and
 /// errors pass through.
-fn print_event(kind: &str, line: &[u8], include_object: bool) -> Bytes {
+fn print_event(strategy: &dyn crate::kinds::Strategy, line: &[u8], include_object: bool) -> Bytes {
     let Ok(mut ev) = serde_json::from_slice::<serde_json::Value>(line) else {
         return Bytes::copy_from_slice(line);
     };
@@ -125,8 +125,13 @@ fn print_event(kind: &str, line: &[u8], include_object: bool) -> Bytes {
         Some("ADDED") | Some("MODIFIED") | Some("DELETED") => {
             let obj = ev["object"].take();
             let rv = rkube_api::meta::resource_version(&obj).to_string();
-            ev["object"] =
-                super::table::table(kind, std::slice::from_ref(&obj), &rv, None, include_object);
+            ev["object"] = super::table::table(
+                strategy,
+                std::slice::from_ref(&obj),
+                &rv,
+                None,
+                include_object,
+            );
             let mut out = serde_json::to_vec(&ev).unwrap_or_default();
             out.push(b'\n');
             Bytes::from(out)

@@ -181,7 +181,13 @@ fn parse_resource_path(path: &str) -> Option<ResourceInfo> {
     let def = if rest.len() > 3 {
         None
     } else {
-        resolve(group, version, &resource, namespace.is_some(), subresource.as_deref())
+        resolve(
+            group,
+            version,
+            &resource,
+            namespace.is_some(),
+            subresource.as_deref(),
+        )
     };
     Some(ResourceInfo {
         group: group.to_string(),

@@ -43,15 +43,23 @@ fn paths() {
     assert!(res(&info("GET", "/api/v1/namespaces/default/pods/x/bogus"))
         .def
         .is_none());
-    assert!(res(&info("GET", "/api/v1/namespaces/default/pods/x/log/extra"))
+    assert!(
+        res(&info("GET", "/api/v1/namespaces/default/pods/x/log/extra"))
+            .def
+            .is_none()
+    );
+    // Cluster-scoped resources under a namespace are not served.
+    assert!(res(&info("GET", "/api/v1/namespaces/default/nodes"))
         .def
         .is_none());
-    // Cluster-scoped resources under a namespace are not served.
-    assert!(res(&info("GET", "/api/v1/namespaces/default/nodes")).def.is_none());
     assert!(info("GET", "/healthz").resource.is_none());
     assert!(info("GET", "/api").resource.is_none());
     assert!(info("GET", "/api/v1").resource.is_none());
-    assert!(res(&info("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")).is_review());
+    assert!(res(&info(
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    ))
+    .is_review());
 }
 
 #[test]
@@ -60,8 +68,14 @@ fn verbs_are_decided_once() {
     assert_eq!(info("GET", "/api/v1/pods?watch").verb, "watch");
     assert_eq!(info("GET", "/api/v1/pods?watch=false").verb, "list");
     // A named GET is a get, whatever its query says.
-    assert_eq!(info("GET", "/api/v1/namespaces/d/pods/p?watch=1").verb, "get");
-    assert_eq!(info("DELETE", "/api/v1/namespaces/d/pods").verb, "deletecollection");
+    assert_eq!(
+        info("GET", "/api/v1/namespaces/d/pods/p?watch=1").verb,
+        "get"
+    );
+    assert_eq!(
+        info("DELETE", "/api/v1/namespaces/d/pods").verb,
+        "deletecollection"
+    );
     assert_eq!(info("DELETE", "/api/v1/namespaces/d/pods/p").verb, "delete");
     assert_eq!(info("PATCH", "/api/v1/namespaces/d/pods/p").verb, "patch");
     assert_eq!(info("BREW", "/api/v1/namespaces/d/pods/p").verb, "");

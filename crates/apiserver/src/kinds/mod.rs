@@ -1,0 +1,445 @@
+//! One home per kind (upstream's `pkg/registry/<group>/<kind>/strategy.go`): each served kind
+//! implements [`Strategy`] in its own file — its typed round trip and schema, defaults,
+//! PrepareForCreate/PrepareForUpdate, validation, generation tracking, graceful deletion,
+//! table columns, selectable fields, quota usage and watch-cache index — and [`KINDS`] is the
+//! one table that finds it. Nothing outside this folder branches on a kind's name: adding a
+//! kind is one file here, one row in [`KINDS`] and its row in `rkube_api::RESOURCES`.
+//!
+//! Strategies are pure functions over JSON objects; the registry calls them and does the I/O.
+
+pub mod apps;
+pub mod config;
+pub mod event;
+pub mod flowcontrol;
+pub mod lease;
+pub mod namespace;
+pub mod node;
+pub mod pod;
+pub mod podspec;
+pub mod print;
+pub mod quota;
+pub mod rbac;
+pub mod service;
+
+use rkube_api::strategic::Lists;
+use rkube_api::validation as v;
+use rkube_api::{meta, ResourceDef, StatusCause};
+use schemars::gen::SchemaGenerator;
+use serde_json::{json, Value};
+
+pub use print::Column;
+
+/// How a kind's `metadata.name` is validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// DNS-1123 subdomain (most kinds).
+    Subdomain,
+    /// DNS-1123 label (namespaces, services).
+    Label,
+    /// Any path segment (RBAC's `system:node`).
+    PathSegment,
+}
+
+/// What a kind is and how it behaves. Every method but the first two has the behaviour most
+/// kinds share.
+pub trait Strategy: Send + Sync {
+    /// Decodes the object into its k8s-openapi type and back: wrong field types are errors,
+    /// undeclared fields are dropped, as upstream's decoder.
+    fn round_trip(&self, obj: Value) -> Result<Value, String>;
+
+    /// Registers the type's OpenAPI schema (and everything it references).
+    fn schema(&self, gen: &mut SchemaGenerator);
+
+    fn name_rule(&self) -> NameRule {
+        NameRule::Subdomain
+    }
+
+    /// Upstream's defaulting (`SetDefaults_*`), on every create and update.
+    fn defaults(&self, _obj: &mut Value) {}
+
+    /// The kind's PrepareForCreate (after the generic part has set uid, timestamps, …):
+    /// typically resets status.
+    fn prepare_for_create(&self, _obj: &mut Value) {}
+
+    /// PrepareForUpdate of the `status` subresource: `new` becomes `old` with only what a
+    /// status update may change.
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        status_only(new, old, false);
+    }
+
+    /// Validation of a new or updated object beyond its metadata.
+    fn validate(&self, _obj: &Value, _causes: &mut Vec<StatusCause>) {}
+
+    /// Checks on updates only (immutable fields).
+    fn validate_update(&self, _new: &Value, _old: &Value, _causes: &mut Vec<StatusCause>) {}
+
+    /// Whether `metadata.generation` tracks spec changes.
+    fn tracks_generation(&self) -> bool {
+        false
+    }
+
+    /// Whether an update changed what `generation` tracks.
+    fn spec_changed(&self, new: &Value, old: &Value) -> bool {
+        new.get("spec") != old.get("spec")
+    }
+
+    /// PUT of a missing object creates it (upstream's `AllowCreateOnUpdate`).
+    fn allow_create_on_update(&self) -> bool {
+        false
+    }
+
+    /// Objects expire (`--event-ttl`): written with a lease.
+    fn expires(&self) -> bool {
+        false
+    }
+
+    /// Graceful deletion: the grace period a delete gets, `None` for immediate deletion.
+    fn grace_period(&self, _obj: &Value, _requested: Option<i64>) -> Option<i64> {
+        None
+    }
+
+    /// Deletion waits for something besides `metadata.finalizers` (a namespace's
+    /// `spec.finalizers`).
+    fn deletion_blocked(&self, _obj: &Value) -> bool {
+        false
+    }
+
+    /// What an object whose deletion is blocked shows (a namespace turns `Terminating`).
+    fn begin_deletion(&self, _obj: &mut Value) {}
+
+    /// PrepareForUpdate of a subresource other than `status` and `scale` (a namespace's
+    /// `finalize`): `new` becomes `old` with only what the subresource may change.
+    fn prepare_for_subresource_update(&self, _sub: &str, new: &mut Value, old: &Value) {
+        *new = old.clone();
+    }
+
+    /// A delete answers with the object (pods) rather than a Status.
+    fn delete_returns_object(&self) -> bool {
+        false
+    }
+
+    /// How lists merge in strategic merge patches and server-side apply.
+    fn lists(&self) -> Lists {
+        Lists::GENERIC
+    }
+
+    /// Fields besides `metadata.name`/`metadata.namespace` lists and watches can select by.
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Legacy field names and what they mean now (`spec.host` → `spec.nodeName`).
+    fn field_aliases(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    /// A selectable field's value ("" when absent), when it is not simply the value at its
+    /// path.
+    fn field_value(&self, obj: &Value, field: &str) -> String {
+        rkube_api::fields::field_at(obj, field)
+    }
+
+    /// The watch cache indexes objects and watchers by `spec.nodeName` (pods).
+    fn node_indexed(&self) -> bool {
+        false
+    }
+
+    /// kubectl's columns (`Name` and `Age` unless the kind has its own).
+    fn columns(&self) -> Vec<Column> {
+        vec![Column::NAME, Column::AGE]
+    }
+
+    /// One row's cells, matching `columns`.
+    fn cells(&self, obj: &Value, now: i64) -> Vec<Value> {
+        vec![json!(meta::name(obj)), json!(print::age(obj, now))]
+    }
+
+    /// What the object uses of a quota's compute resource (`requests.cpu`, `limits.memory`,
+    /// …): `None` when the kind uses none; an error when a quantity is unusable.
+    fn compute_usage(&self, _obj: &Value, _resource: &str) -> Option<Result<i64, String>> {
+        None
+    }
+
+    /// Whether the object still counts against quota (a finished pod does not).
+    fn counts_against_quota(&self, _obj: &Value) -> bool {
+        true
+    }
+}
+
+/// The two methods every strategy spells the same way: its k8s-openapi type's round trip and
+/// schema.
+#[macro_export]
+macro_rules! typed_kind {
+    ($t:ty) => {
+        fn round_trip(&self, obj: serde_json::Value) -> Result<serde_json::Value, String> {
+            $crate::kinds::typed::<$t>(obj)
+        }
+
+        fn schema(&self, gen: &mut schemars::gen::SchemaGenerator) {
+            gen.subschema_for::<$t>();
+        }
+    };
+}
+
+/// Decodes into `T` and re-encodes.
+pub fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(
+    obj: Value,
+) -> Result<Value, String> {
+    let typed: T = serde_json::from_value(obj).map_err(|e| e.to_string())?;
+    serde_json::to_value(typed).map_err(|e| e.to_string())
+}
+
+/// Every served kind: (API group, kind, strategy). One row per kind.
+pub static KINDS: &[(&str, &str, &dyn Strategy)] = &[
+    ("", "Namespace", &namespace::Namespace),
+    ("", "Pod", &pod::Pod),
+    ("", "Node", &node::Node),
+    ("", "Event", &event::Event),
+    ("", "ConfigMap", &config::ConfigMap),
+    ("", "Secret", &config::Secret),
+    ("", "Service", &service::Service),
+    ("", "ServiceAccount", &service::ServiceAccount),
+    ("", "LimitRange", &quota::LimitRange),
+    ("", "ResourceQuota", &quota::ResourceQuota),
+    ("apps", "Deployment", &apps::Deployment),
+    ("apps", "ReplicaSet", &apps::ReplicaSet),
+    ("coordination.k8s.io", "Lease", &lease::Lease),
+    ("rbac.authorization.k8s.io", "Role", &rbac::Role),
+    (
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        &rbac::RoleBinding,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "ClusterRole",
+        &rbac::ClusterRole,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        &rbac::ClusterRoleBinding,
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "FlowSchema",
+        &flowcontrol::FlowSchema,
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "PriorityLevelConfiguration",
+        &flowcontrol::PriorityLevelConfiguration,
+    ),
+];
+
+/// The strategy of a served resource.
+///
+/// # Panics
+/// When the resource table names a kind this table lacks (a unit test keeps them in step).
+pub fn of(def: &ResourceDef) -> &'static dyn Strategy {
+    KINDS
+        .iter()
+        .find(|(g, k, _)| *g == def.group && *k == def.kind)
+        .map(|(_, _, s)| *s)
+        .unwrap_or_else(|| panic!("no strategy for {}/{}", def.group, def.kind))
+}
+
+/// `status` subresource semantics: `new` becomes `old` with `new`'s status (and, with
+/// `with_metadata`, its labels and annotations, which pods' status writers may set), keeping
+/// the request's resourceVersion and uid preconditions.
+pub fn status_only(new: &mut Value, old: &Value, with_metadata: bool) {
+    let status = new.get("status").cloned();
+    let labels = new.pointer("/metadata/labels").cloned();
+    let annotations = new.pointer("/metadata/annotations").cloned();
+    let mut merged = old.clone();
+    match status {
+        Some(s) => merged["status"] = s,
+        None => {
+            if let Some(m) = merged.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    }
+    if with_metadata {
+        for (f, v) in [("labels", labels), ("annotations", annotations)] {
+            match v {
+                Some(v) => meta::set_meta(&mut merged, f, v),
+                None => meta::remove_meta(&mut merged, f),
+            }
+        }
+    }
+    for f in ["resourceVersion", "uid"] {
+        match new.pointer(&format!("/metadata/{f}")).cloned() {
+            Some(v) => meta::set_meta(&mut merged, f, v),
+            None => meta::remove_meta(&mut merged, f),
+        }
+    }
+    *new = merged;
+}
+
+/// Validation every object gets: its name (by the kind's rule), labels and annotations.
+pub fn validate_meta(rule: NameRule, obj: &Value, causes: &mut Vec<StatusCause>) {
+    let name = meta::name(obj);
+    if name.is_empty() {
+        if meta::meta_str(obj, "generateName").is_empty() {
+            causes.push(StatusCause::required("metadata.name"));
+        }
+    } else {
+        let r = match rule {
+            NameRule::Label => v::dns1123_label(name),
+            NameRule::PathSegment => v::path_segment_name(name),
+            NameRule::Subdomain => v::dns1123_subdomain(name),
+        };
+        if let Err(e) = r {
+            causes.push(StatusCause::invalid("metadata.name", name, &e));
+        }
+    }
+    for (k, val) in meta::labels(obj) {
+        if let Err(e) = v::qualified_name(&k) {
+            causes.push(StatusCause::invalid("metadata.labels", &k, &e));
+        }
+        if let Err(e) = v::label_value(&val) {
+            causes.push(StatusCause::invalid("metadata.labels", &val, &e));
+        }
+    }
+    for k in meta::annotations(obj).keys() {
+        if let Err(e) = v::qualified_name(&k.to_lowercase()) {
+            causes.push(StatusCause::invalid("metadata.annotations", k, &e));
+        }
+    }
+}
+
+/// Fields present in `obj` that the kind's type does not declare (what upstream's strict
+/// decoding reports), as dotted paths such as `spec.replica`; at most `limit` of them.
+pub fn unknown_fields(s: &dyn Strategy, obj: &Value, limit: usize) -> Vec<String> {
+    let Ok(known) = s.round_trip(obj.clone()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    diff_fields(obj, &known, &mut String::new(), &mut out, limit);
+    out
+}
+
+/// Walks `given` beside its round-tripped form; paths are built only for what is reported.
+fn diff_fields(
+    given: &Value,
+    known: &Value,
+    path: &mut String,
+    out: &mut Vec<String>,
+    limit: usize,
+) {
+    if out.len() >= limit {
+        return;
+    }
+    match (given, known) {
+        (Value::Object(g), Value::Object(k)) => {
+            for (key, v) in g {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                match k.get(key) {
+                    None if !v.is_null() => {
+                        if out.len() < limit {
+                            out.push(path.clone());
+                        }
+                    }
+                    Some(kv) => diff_fields(v, kv, path, out, limit),
+                    None => {}
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::Array(g), Value::Array(k)) => {
+            for (i, (gv, kv)) in g.iter().zip(k.iter()).enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                diff_fields(gv, kv, path, out, limit);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Sets `ptr` to `value` unless something is there.
+pub fn set_default(obj: &mut Value, ptr: &str, value: Value) {
+    if obj.pointer(ptr).is_none() {
+        let (parent, last) = ptr.rsplit_once('/').expect("pointer with a parent");
+        if let Some(p) = ensure_object(obj, parent) {
+            p.insert(last.to_string(), value);
+        }
+    }
+}
+
+fn ensure_object<'a>(
+    obj: &'a mut Value,
+    ptr: &str,
+) -> Option<&'a mut serde_json::Map<String, Value>> {
+    let mut cur = obj;
+    for part in ptr.split('/').skip(1) {
+        if !cur.is_object() {
+            return None;
+        }
+        cur = cur
+            .as_object_mut()?
+            .entry(part.to_string())
+            .or_insert_with(|| json!({}));
+    }
+    cur.as_object_mut()
+}
+
+/// Resets status on create (kinds whose status only controllers write).
+pub fn clear_status(obj: &mut Value) {
+    if obj.get("status").is_some() {
+        obj["status"] = json!({});
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_served_resource_has_a_strategy() {
+        for def in rkube_api::RESOURCES {
+            let _ = of(def);
+        }
+        assert_eq!(KINDS.len(), rkube_api::RESOURCES.len());
+    }
+
+    #[test]
+    fn finds_undeclared_fields_and_stops_at_the_limit() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "bogus": 1},
+            "spec": {"replica": 3, "selector": {"matchLabels": {"a": "b"}}, "template": {"spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyy": "x"}]}}}});
+        let mut u = unknown_fields(&apps::Deployment, &d, 100);
+        u.sort();
+        assert_eq!(
+            u,
+            [
+                "metadata.bogus",
+                "spec.replica",
+                "spec.template.spec.containers[0].imagePullPolicyy"
+            ]
+        );
+        assert_eq!(unknown_fields(&apps::Deployment, &d, 2).len(), 2);
+        assert!(unknown_fields(
+            &config::ConfigMap,
+            &json!({"metadata": {"name": "a"}, "data": {"k": "v"}}),
+            100
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn round_trips_drop_unknown_fields_and_refuse_wrong_types() {
+        assert!(apps::Deployment
+            .round_trip(json!({"spec": {"replicas": "x"}}))
+            .is_err());
+        let pruned = config::ConfigMap
+            .round_trip(json!({"metadata": {"name": "a"}, "data": {"k": "v"}, "bogus": 1}))
+            .unwrap();
+        assert!(pruned.get("bogus").is_none());
+    }
+}

@@ -1,0 +1,468 @@
+//! Pods (`pkg/registry/core/pod`): spec defaults, PrepareForCreate (Pending, QoS class),
+//! status updates that may also set labels and annotations, the narrow set of spec fields an
+//! update may change, graceful deletion, binding to a node, kubectl's columns, the selectable
+//! fields, compute usage for quota, and the watch cache's node index.
+
+use rkube_api::k8s::api::core::v1 as core;
+use rkube_api::quantity::{parse_milli, parse_value};
+use rkube_api::{meta, ApiError, GroupResource, StatusCause};
+use serde_json::{json, Value};
+
+use super::print::{self, or_none, s, Column};
+use super::{podspec, Strategy};
+
+pub struct Pod;
+
+const UPDATABLE: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+impl Strategy for Pod {
+    crate::typed_kind!(core::Pod);
+
+    fn defaults(&self, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec") {
+            podspec::defaults(spec);
+        }
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        let qos = obj
+            .get("spec")
+            .map(podspec::qos_class)
+            .unwrap_or("BestEffort");
+        obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+    }
+
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        super::status_only(new, old, true);
+    }
+
+    fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
+        podspec::validate(obj.get("spec"), "spec", causes);
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
+        // Only images, activeDeadlineSeconds and tolerations may change in a pod spec; compare
+        // with those normalised away.
+        let strip = |v: &Value| {
+            let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
+            if let Some(cs) = s.get_mut("containers").and_then(|c| c.as_array_mut()) {
+                for c in cs {
+                    if let Some(m) = c.as_object_mut() {
+                        m.remove("image");
+                    }
+                }
+            }
+            if let Some(m) = s.as_object_mut() {
+                m.remove("activeDeadlineSeconds");
+                m.remove("tolerations");
+            }
+            s
+        };
+        if strip(new) != strip(old) {
+            causes.push(StatusCause::forbidden("spec", UPDATABLE));
+        }
+    }
+
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn grace_period(&self, obj: &Value, requested: Option<i64>) -> Option<i64> {
+        Some(grace_period(obj, requested))
+    }
+
+    fn delete_returns_object(&self) -> bool {
+        true
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ]
+    }
+
+    fn field_aliases(&self) -> &'static [(&'static str, &'static str)] {
+        &[("spec.host", "spec.nodeName")]
+    }
+
+    fn field_value(&self, obj: &Value, field: &str) -> String {
+        match field {
+            "spec.hostNetwork" => obj
+                .pointer("/spec/hostNetwork")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
+            "status.podIP" => obj
+                .pointer("/status/podIPs/0/ip")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .unwrap_or_else(|| s(obj, "/status/podIP")),
+            f => rkube_api::fields::field_at(obj, f),
+        }
+    }
+
+    fn node_indexed(&self) -> bool {
+        true
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::NAME,
+            Column::text("Ready"),
+            Column::text("Status"),
+            Column::text("Restarts"),
+            Column::AGE,
+            Column::wide("IP"),
+            Column::wide("Node"),
+            Column::wide("Nominated Node"),
+            Column::wide("Readiness Gates"),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: i64) -> Vec<Value> {
+        let total = obj
+            .pointer("/spec/containers")
+            .and_then(|c| c.as_array())
+            .map(|a| a.len())
+            .unwrap_or(0);
+        let statuses = obj
+            .pointer("/status/containerStatuses")
+            .and_then(|c| c.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let ready = statuses
+            .iter()
+            .filter(|c| c.get("ready").and_then(|r| r.as_bool()).unwrap_or(false))
+            .count();
+        let restarts: i64 = statuses
+            .iter()
+            .map(|c| c.get("restartCount").and_then(|r| r.as_i64()).unwrap_or(0))
+            .fold(0i64, i64::saturating_add);
+        vec![
+            json!(meta::name(obj)),
+            json!(format!("{ready}/{total}")),
+            json!(status_column(obj)),
+            json!(restarts.to_string()),
+            json!(print::age(obj, now)),
+            json!(or_none(s(obj, "/status/podIP"))),
+            json!(or_none(s(obj, "/spec/nodeName"))),
+            json!(or_none(s(obj, "/status/nominatedNodeName"))),
+            json!("<none>"),
+        ]
+    }
+
+    fn compute_usage(&self, obj: &Value, resource: &str) -> Option<Result<i64, String>> {
+        compute_usage(obj, resource)
+    }
+
+    fn counts_against_quota(&self, obj: &Value) -> bool {
+        !matches!(
+            obj.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
+    }
+}
+
+/// The grace period of a pod's deletion (`CheckGracefulDelete`): the request's, else the
+/// pod's own, else 30 s; negative means 1 s; unscheduled and finished pods go at once. Never
+/// longer than `MAX_GRACE_SECONDS`, so the deletion timestamp stays a valid time.
+pub fn grace_period(obj: &Value, requested: Option<i64>) -> i64 {
+    let mut grace = requested
+        .or_else(|| {
+            obj.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(|g| g.as_i64())
+        })
+        .unwrap_or(30);
+    if grace < 0 {
+        grace = 1;
+    }
+    grace = grace.min(podspec::MAX_GRACE_SECONDS);
+    let unscheduled = s(obj, "/spec/nodeName").is_empty();
+    let phase = s(obj, "/status/phase");
+    if unscheduled || phase == "Succeeded" || phase == "Failed" {
+        grace = 0;
+    }
+    grace
+}
+
+/// A pod's compute usage of a quota resource (None: not a compute resource): the sum over
+/// containers, or the largest init container if more. An unusable quantity is an error, never
+/// zero.
+pub fn compute_usage(pod: &Value, name: &str) -> Option<Result<i64, String>> {
+    let (field, resource) = match name {
+        "cpu" | "requests.cpu" => ("requests", "cpu"),
+        "memory" | "requests.memory" => ("requests", "memory"),
+        "limits.cpu" => ("limits", "cpu"),
+        "limits.memory" => ("limits", "memory"),
+        _ => return None,
+    };
+    let amount = |q: &str| {
+        if resource == "cpu" {
+            parse_milli(q)
+        } else {
+            parse_value(q)
+        }
+    };
+    let of = |list: &str| -> Result<Vec<i64>, String> {
+        pod.pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(
+                |c| match c.pointer(&format!("/resources/{field}/{resource}")) {
+                    None => Ok(0),
+                    Some(q) => q
+                        .as_str()
+                        .and_then(amount)
+                        .ok_or_else(|| format!("{field}.{resource}: {q} is not a usable quantity")),
+                },
+            )
+            .collect()
+    };
+    let total = (|| {
+        let sum = of("containers")?
+            .into_iter()
+            .try_fold(0i64, |a, b| a.checked_add(b))
+            .ok_or_else(|| format!("{field}.{resource}: the pod's total overflows"))?;
+        let init = of("initContainers")?.into_iter().max().unwrap_or(0);
+        Ok(sum.max(init))
+    })();
+    Some(total)
+}
+
+/// The STATUS column kubectl shows for a pod (`printPod`).
+pub fn status_column(pod: &Value) -> String {
+    let mut reason = s(pod, "/status/reason");
+    if reason.is_empty() {
+        reason = s(pod, "/status/phase");
+    }
+    let statuses = pod
+        .pointer("/status/containerStatuses")
+        .and_then(|c| c.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let mut has_running = false;
+    for c in statuses.iter().rev() {
+        if let Some(w) = c
+            .pointer("/state/waiting/reason")
+            .and_then(|r| r.as_str())
+            .filter(|r| !r.is_empty())
+        {
+            reason = w.to_string();
+        } else if let Some(t) = c.pointer("/state/terminated") {
+            let r = t.get("reason").and_then(|r| r.as_str()).unwrap_or("");
+            reason = if !r.is_empty() {
+                r.to_string()
+            } else if let Some(sig) = t.get("signal").and_then(|x| x.as_i64()).filter(|x| *x != 0) {
+                format!("Signal:{sig}")
+            } else {
+                format!(
+                    "ExitCode:{}",
+                    t.get("exitCode").and_then(|x| x.as_i64()).unwrap_or(0)
+                )
+            };
+        } else if c.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
+            && c.pointer("/state/running").is_some()
+        {
+            has_running = true;
+        }
+    }
+    if reason == "Completed" && has_running {
+        reason = "Running".into();
+    }
+    if meta::deletion_timestamp(pod).is_some() {
+        reason = if s(pod, "/status/reason") == "NodeLost" {
+            "Unknown".into()
+        } else {
+            "Terminating".into()
+        };
+    }
+    reason
+}
+
+/// `POST pods/{name}/binding`: checks a Binding against the pod and returns the pod bound to
+/// its node (`spec.nodeName`, the binding's annotations, `PodScheduled=True`).
+pub fn bind(cur: &Value, name: &str, binding: &Value) -> Result<Value, ApiError> {
+    let gr = GroupResource::new("", "pods/binding");
+    let want_uid = meta::uid(binding);
+    if !want_uid.is_empty() && want_uid != meta::uid(cur) {
+        return Err(ApiError::conflict(
+            &gr,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {}",
+                meta::uid(cur)
+            ),
+        ));
+    }
+    if meta::deletion_timestamp(cur).is_some() {
+        return Err(ApiError::conflict(
+            &gr,
+            name,
+            &format!("pod {name} is being deleted, cannot be assigned to a host"),
+        ));
+    }
+    let assigned = s(cur, "/spec/nodeName");
+    if !assigned.is_empty() {
+        return Err(ApiError::conflict(
+            &gr,
+            name,
+            &format!("pod {name} is already assigned to node {assigned:?}"),
+        ));
+    }
+    let mut new = cur.clone();
+    new["spec"]["nodeName"] = json!(s(binding, "/target/name"));
+    if let Some(a) = binding
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.as_object())
+    {
+        let md = meta::metadata_mut(&mut new);
+        let entry = md.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(m) = entry.as_object_mut() {
+            for (k, v) in a {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    set_condition(&mut new, "PodScheduled", "True", None, None);
+    Ok(new)
+}
+
+/// Validates a Binding's target (a node by name).
+pub fn validate_binding(name: &str, binding: &Value) -> Result<(), ApiError> {
+    let bname = meta::name(binding);
+    if !bname.is_empty() && bname != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Binding object",
+        ));
+    }
+    let kind = s(binding, "/target/kind");
+    let node = s(binding, "/target/name");
+    let mut causes = Vec::new();
+    if !kind.is_empty() && kind != "Node" {
+        causes.push(StatusCause::not_supported(
+            "target.kind",
+            &kind,
+            &["Node", "<empty>"],
+        ));
+    }
+    if node.is_empty() {
+        causes.push(StatusCause::required("target.name"));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid("", "Binding", name, causes))
+    }
+}
+
+/// Sets a pod condition, keeping `lastTransitionTime` when the status does not change.
+pub fn set_condition(
+    pod: &mut Value,
+    kind: &str,
+    status_: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+) {
+    if !pod.get("status").is_some_and(|s| s.is_object()) {
+        pod["status"] = json!({});
+    }
+    let Some(status) = pod["status"].as_object_mut() else {
+        return;
+    };
+    let conds = status.entry("conditions").or_insert_with(|| json!([]));
+    let Some(list) = conds.as_array_mut() else {
+        return;
+    };
+    let now = meta::now_rfc3339();
+    let mut c =
+        json!({"type": kind, "status": status_, "lastProbeTime": null, "lastTransitionTime": now});
+    if let Some(r) = reason {
+        c["reason"] = json!(r);
+    }
+    if let Some(m) = message {
+        c["message"] = json!(m);
+    }
+    match list
+        .iter_mut()
+        .find(|x| x.get("type").and_then(|t| t.as_str()) == Some(kind))
+    {
+        Some(existing) => {
+            if existing.get("status").and_then(|s| s.as_str()) == Some(status_) {
+                c["lastTransitionTime"] = existing
+                    .get("lastTransitionTime")
+                    .cloned()
+                    .unwrap_or(json!(now));
+            }
+            *existing = c;
+        }
+        None => list.push(c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_and_columns() {
+        let mut pod = json!({"metadata": {"name": "nginx-1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "nginx", "image": "nginx"}], "nodeName": "node-1"}});
+        Pod.defaults(&mut pod);
+        Pod.prepare_for_create(&mut pod);
+        assert_eq!(pod.pointer("/status/phase"), Some(&json!("Pending")));
+        assert_eq!(pod.pointer("/status/qosClass"), Some(&json!("BestEffort")));
+        pod["status"] = json!({"phase": "Running", "podIP": "10.0.0.2", "containerStatuses": [{"name": "nginx", "ready": true, "restartCount": 0, "state": {"running": {}}}]});
+        let cells = Pod.cells(&pod, meta::unix_now());
+        assert_eq!(cells[0], "nginx-1");
+        assert_eq!(cells[1], "1/1");
+        assert_eq!(cells[2], "Running");
+        assert_eq!(cells[6], "node-1");
+        let mut waiting = pod.clone();
+        waiting["status"]["phase"] = json!("Pending");
+        waiting["status"]["containerStatuses"][0] = json!({"name": "nginx", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}});
+        assert_eq!(status_column(&waiting), "ContainerCreating");
+        waiting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(status_column(&waiting), "Terminating");
+        let mut done = pod.clone();
+        done["status"]["containerStatuses"][0] = json!({"name": "nginx", "ready": false, "state": {"terminated": {"reason": "Completed", "exitCode": 0}}});
+        assert_eq!(status_column(&done), "Completed");
+    }
+
+    #[test]
+    fn grace() {
+        let scheduled = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10}, "status": {"phase": "Running"}});
+        assert_eq!(grace_period(&scheduled, None), 10);
+        assert_eq!(grace_period(&scheduled, Some(3)), 3);
+        assert_eq!(grace_period(&scheduled, Some(-5)), 1);
+        assert_eq!(
+            grace_period(&scheduled, Some(300_000_000_000)),
+            podspec::MAX_GRACE_SECONDS
+        );
+        assert_eq!(grace_period(&json!({"spec": {}}), None), 0);
+    }
+
+    #[test]
+    fn quota_usage() {
+        let pod = json!({"spec": {"containers": [
+            {"resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
+            {"resources": {"requests": {"cpu": "1"}}}],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}]}});
+        assert_eq!(compute_usage(&pod, "requests.cpu"), Some(Ok(2000)));
+        assert_eq!(compute_usage(&pod, "memory"), Some(Ok(64 << 20)));
+        assert_eq!(compute_usage(&pod, "pods"), None);
+        let bad = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "9223372036854775807k"}}}]}});
+        assert!(compute_usage(&bad, "limits.cpu").unwrap().is_err());
+        let huge = json!({"spec": {"containers": [
+            {"resources": {"requests": {"memory": "8Ei"}}},
+            {"resources": {"requests": {"memory": "8Ei"}}}]}});
+        assert!(compute_usage(&huge, "requests.memory").unwrap().is_err());
+    }
+}
