@@ -33,6 +33,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf '\033[31merror: %s\033[0m\n' "$*" >&2; exit 1; }
 
 PIDS=()
+STORE_FLAGS=() STORE_CURL=(curl -sf) AGENT_FLAGS=()
 cleanup() {
   trap - INT TERM EXIT
   if [ ${#PIDS[@]} -gt 0 ]; then
@@ -70,7 +71,43 @@ cargo build --release -q -p rkube-store -p rkube-apiserver -p rkube-controller-m
 BIN="$PWD/target/release"
 rm -rf "$DIR"; mkdir -p "$DIR/logs"
 
-STORE_URL="http://127.0.0.1:$STORE_PORT"
+export KUBECONFIG="$DIR/kubeconfig"
+rm -f "$KUBECONFIG"
+NODE_NAMES=$(seq -f 'rkube-node-%g' -s, 1 "$NODES")
+STORE_SCHEME=http
+if [ "$SECURE" = 1 ]; then
+  SERVER="https://127.0.0.1:$PORT"
+  PKI="$DIR/pki"
+  say "writing certificates and kubeconfigs to $PKI (rkube-pki)"
+  "$BIN/rkube-pki" --dir "$PKI" --server "$SERVER" --node "$NODE_NAMES"
+  cp "$PKI/admin.kubeconfig" "$KUBECONFIG"
+  API_FLAGS=(--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
+    --client-ca-file "$PKI/ca.crt" --authorization-mode Node,RBAC --enable-priority-and-fairness=true
+    --enable-admission-plugins NodeRestriction
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" --kubelet-certificate-authority "$PKI/ca.crt")
+  # The kubelets' port: HTTPS, logs only for the apiserver's certificate.
+  AGENT_FLAGS=(--tls-cert-file "$PKI/kubelet.crt" --tls-private-key-file "$PKI/kubelet.key"
+    --client-ca-file "$PKI/ca.crt")
+  CURL=(curl -sf --cacert "$PKI/ca.crt")
+  kubeconfig_of() { echo "$PKI/$1.kubeconfig"; }
+  if [ "$ETCD" = 0 ]; then
+    # rkube-store as a kubeadm etcd: HTTPS, client certificates required.
+    STORE_SCHEME=https
+    STORE_FLAGS=(--cert-file "$PKI/store.crt" --key-file "$PKI/store.key"
+      --trusted-ca-file "$PKI/ca.crt" --client-cert-auth)
+    API_FLAGS+=(--etcd-cafile "$PKI/ca.crt" --etcd-certfile "$PKI/apiserver-etcd-client.crt"
+      --etcd-keyfile "$PKI/apiserver-etcd-client.key")
+    STORE_CURL=(curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key")
+  fi
+else
+  SERVER="http://127.0.0.1:$PORT"
+  API_FLAGS=(--write-kubeconfig "$KUBECONFIG")
+  AGENT_FLAGS=()
+  CURL=(curl -sf)
+  kubeconfig_of() { echo "$KUBECONFIG"; }
+fi
+STORE_URL="$STORE_SCHEME://127.0.0.1:$STORE_PORT"
 if [ "$ETCD" = 1 ]; then
   say "starting etcd on $STORE_URL"
   etcd --data-dir "$DIR/etcd" --listen-client-urls "$STORE_URL" --advertise-client-urls "$STORE_URL" \
@@ -80,30 +117,12 @@ if [ "$ETCD" = 1 ]; then
   PIDS+=($!)
 else
   say "starting rkube-store on $STORE_URL"
-  "$BIN/rkube-store" --data-dir "$DIR/store" --listen-client-urls "$STORE_URL" >"$DIR/logs/store.log" 2>&1 &
+  "$BIN/rkube-store" --data-dir "$DIR/store" --listen-client-urls "$STORE_URL" "${STORE_FLAGS[@]}" \
+    >"$DIR/logs/store.log" 2>&1 &
   PIDS+=($!)
 fi
-wait_for "storage" 30 curl -sf -XPOST "$STORE_URL/v3/maintenance/status" -d '{}'
+wait_for "storage" 30 "${STORE_CURL[@]}" -XPOST "$STORE_URL/v3/maintenance/status" -d '{}'
 
-export KUBECONFIG="$DIR/kubeconfig"
-rm -f "$KUBECONFIG"
-NODE_NAMES=$(seq -f 'rkube-node-%g' -s, 1 "$NODES")
-if [ "$SECURE" = 1 ]; then
-  SERVER="https://127.0.0.1:$PORT"
-  PKI="$DIR/pki"
-  say "writing certificates and kubeconfigs to $PKI (rkube-pki)"
-  "$BIN/rkube-pki" --dir "$PKI" --server "$SERVER" --node "$NODE_NAMES"
-  cp "$PKI/admin.kubeconfig" "$KUBECONFIG"
-  API_FLAGS=(--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
-    --client-ca-file "$PKI/ca.crt" --authorization-mode Node,RBAC --enable-priority-and-fairness=true)
-  CURL=(curl -sf --cacert "$PKI/ca.crt")
-  kubeconfig_of() { echo "$PKI/$1.kubeconfig"; }
-else
-  SERVER="http://127.0.0.1:$PORT"
-  API_FLAGS=(--write-kubeconfig "$KUBECONFIG")
-  CURL=(curl -sf)
-  kubeconfig_of() { echo "$KUBECONFIG"; }
-fi
 say "starting rkube-apiserver on $SERVER"
 "$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" "${API_FLAGS[@]}" \
   >"$DIR/logs/apiserver.log" 2>&1 &
@@ -124,7 +143,7 @@ wait_for "scheduler" 30 curl -sf http://127.0.0.1:10259/readyz
 say "starting $NODES simulated node(s)"
 for i in $(seq 1 "$NODES"); do
   "$BIN/rkube-kubelet-agent" --kubeconfig "$(kubeconfig_of "node-rkube-node-$i")" --node-name "rkube-node-$i" \
-    --node-index $((i - 1)) --port $((10249 + i)) >"$DIR/logs/node-$i.log" 2>&1 &
+    --node-index $((i - 1)) --port $((10249 + i)) "${AGENT_FLAGS[@]}" >"$DIR/logs/node-$i.log" 2>&1 &
   PIDS+=($!)
 done
 ready_nodes() { [ "$(kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$NODES" ]; }

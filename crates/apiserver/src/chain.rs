@@ -5,7 +5,6 @@
 //! requests, `ResponseComplete` when the body ends). A handler that panics answers 500 and is
 //! audited at the `Panic` stage, as upstream's panic recovery.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -208,11 +207,9 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
         .unwrap_or_else(|| rkube_api::meta::new_uid(&mut || rand::random::<u64>()));
     let user = authn.as_ref().cloned().unwrap_or_default();
     let (level, omit) = auditor.level(&user, &attrs);
-    let source = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
-        .or_else(|| peer.as_ref().map(|p| p.addr.ip().to_string()))
+    let source = peer
+        .as_ref()
+        .map(|p| p.addr.ip().to_string())
         .unwrap_or_default();
     let agent = req
         .headers()

@@ -47,6 +47,8 @@ pub const KUBE_VERSION: (&str, &str, &str) = ("1", "33", "v1.33.0");
 #[derive(Clone, Debug)]
 pub struct Config {
     pub etcd_servers: Vec<String>,
+    /// TLS to https:// storage endpoints (`--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`).
+    pub etcd_tls: Option<rkube_etcd_api::ClientTls>,
     pub etcd_prefix: String,
     /// How long to wait for storage at startup before giving up.
     pub storage_timeout: Duration,
@@ -80,12 +82,16 @@ pub struct Config {
     pub max_watches_per_user: usize,
     /// How kubelets are reached (`--kubelet-client-certificate`, …).
     pub kubelet: http::logs::KubeletConfig,
+    /// What clients may hold: connections, and how long heads, idle connections and blocked
+    /// writes may take.
+    pub limits: rkube_daemon::serve::Limits,
 }
 
 impl Config {
     pub fn new(etcd_servers: Vec<String>) -> Self {
         Config {
             etcd_servers,
+            etcd_tls: None,
             etcd_prefix: "/registry".into(),
             storage_timeout: Duration::from_secs(30),
             event_ttl: Duration::from_secs(3600),
@@ -104,6 +110,7 @@ impl Config {
             max_mutating_requests_inflight: 200,
             max_watches_per_user: 10_000,
             kubelet: Default::default(),
+            limits: Default::default(),
         }
     }
 }
@@ -150,7 +157,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: ShutdownToken,
 ) -> anyhow::Result<()> {
-    let client = EtcdClient::new(&config.etcd_servers).context("etcd client")?;
+    let client = EtcdClient::with_tls(&config.etcd_servers, config.etcd_tls.as_ref())
+        .context("etcd client")?;
     wait_for_storage(&client, config.storage_timeout).await?;
     let duplex = match config.progress_requests {
         Some(v) => v,
@@ -333,25 +341,16 @@ pub async fn run(
         ))
         .with_state(state);
     tracing::info!(addr = %listener.local_addr()?, "rkube-apiserver serving");
-    let served = match &config.tls {
-        Some(files) => {
-            let tls_config = tls::server_config(files)?;
-            axum::serve(
-                tls::TlsListener::new(listener, tls_config)?,
-                app.into_make_service_with_connect_info::<tls::Peer>(),
-            )
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-        }
-        None => {
-            axum::serve(
-                rkube_daemon::nodelay(listener),
-                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-        }
-    };
+    let tls_config = config.tls.as_ref().map(tls::server_config).transpose()?;
+    let served = rkube_daemon::serve::serve(
+        listener,
+        tls_config,
+        app,
+        tls::identify(),
+        config.limits.clone(),
+        shutdown,
+    )
+    .await;
     if let Some(a) = &chain.audit {
         a.close();
     }

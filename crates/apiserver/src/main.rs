@@ -32,6 +32,15 @@ struct Flags {
     etcd_servers: Vec<String>,
     #[arg(long, default_value = "/registry")]
     etcd_prefix: String,
+    /// Verify https:// storage endpoints with this CA.
+    #[arg(long)]
+    etcd_cafile: Option<std::path::PathBuf>,
+    /// Present this client certificate to storage ...
+    #[arg(long, requires = "etcd_keyfile")]
+    etcd_certfile: Option<std::path::PathBuf>,
+    /// ... with this key.
+    #[arg(long, requires = "etcd_certfile")]
+    etcd_keyfile: Option<std::path::PathBuf>,
     /// Give up if storage is unreachable this long at startup.
     #[arg(long, default_value = "30s")]
     storage_startup_timeout: GoDuration,
@@ -124,6 +133,24 @@ async fn main() -> anyhow::Result<()> {
     let f = Flags::parse();
     let mut config = rkube_apiserver::Config::new(f.etcd_servers);
     config.etcd_prefix = f.etcd_prefix;
+    if f.etcd_cafile.is_some() || f.etcd_certfile.is_some() {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let identity_pem = match (&f.etcd_certfile, &f.etcd_keyfile) {
+            (Some(c), Some(k)) => {
+                let mut pem = read(c)?;
+                pem.push(b'\n');
+                pem.extend(read(k)?);
+                Some(pem)
+            }
+            _ => None,
+        };
+        config.etcd_tls = Some(rkube_etcd_api::ClientTls {
+            ca_pem: f.etcd_cafile.as_deref().map(read).transpose()?,
+            identity_pem,
+        });
+    }
     config.storage_timeout = f.storage_startup_timeout.into();
     config.event_ttl = f.event_ttl.into();
     config.compaction_interval = f.etcd_compaction_interval.into();

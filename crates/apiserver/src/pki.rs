@@ -1,7 +1,9 @@
 //! The cluster's certificates and kubeconfigs (`rkube-pki`): a CA, the apiserver's serving
 //! certificate, and one client certificate with its kubeconfig per identity — the admin
 //! (`system:masters`), `system:kube-controller-manager`, `system:kube-scheduler` and each node
-//! (`system:node:<name>` in `system:nodes`), as kubeadm lays them out.
+//! (`system:node:<name>` in `system:nodes`), as kubeadm lays them out; and the store's and
+//! kubelet-agents' serving certificates with the client certificates the apiserver presents
+//! to them (`apiserver-etcd-client`, `apiserver-kubelet-client`).
 //!
 //! An existing CA in the directory is kept (so certificates made earlier stay valid); every
 //! other file is written afresh.
@@ -175,6 +177,53 @@ pub fn generate(plan: &Plan) -> Result<Vec<PathBuf>, PkiError> {
     )?;
     write(&dir.join("apiserver.crt"), &crt, false, &mut written)?;
     write(&dir.join("apiserver.key"), &key, true, &mut written)?;
+
+    // Serving certificates of the store and the kubelet-agents, and the client certificates
+    // the apiserver presents to them (kubeadm's `apiserver-etcd-client` and
+    // `apiserver-kubelet-client`; the latter in `system:masters`, which kubelets allow).
+    let mut peers: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for h in plan.hosts.iter().chain(&plan.nodes) {
+        if !peers.contains(h) {
+            peers.push(h.clone());
+        }
+    }
+    for (stem, cn, group, sans, usage) in [
+        (
+            "store",
+            "rkube-store",
+            None,
+            peers.clone(),
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
+        (
+            "kubelet",
+            "rkube-kubelet-agent",
+            None,
+            peers,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
+        (
+            "apiserver-etcd-client",
+            "kube-apiserver-etcd-client",
+            None,
+            Vec::new(),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ),
+        (
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            Some("system:masters"),
+            Vec::new(),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ),
+    ] {
+        let (crt, key) = leaf(cn, group, sans, usage)?;
+        write(&dir.join(format!("{stem}.crt")), &crt, false, &mut written)?;
+        write(&dir.join(format!("{stem}.key")), &key, true, &mut written)?;
+    }
 
     for id in identities(&plan.nodes) {
         let (crt, key) = leaf(

@@ -5,7 +5,9 @@
 pub mod duration;
 pub mod health;
 pub mod metrics;
+pub mod serve;
 pub mod shutdown;
+pub mod tls;
 
 pub use duration::{parse_duration, GoDuration};
 

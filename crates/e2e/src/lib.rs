@@ -143,7 +143,14 @@ impl Cluster {
     pub async fn start(opts: Opts) -> Cluster {
         let store_port = free_port();
         let api_port = free_port();
-        let store_url = format!("http://127.0.0.1:{store_port}");
+        // The secure cluster's rkube-store serves HTTPS and requires client certificates, as
+        // a kubeadm etcd does; a real etcd stays plain.
+        let store_scheme = if opts.insecure || opts.etcd {
+            "http"
+        } else {
+            "https"
+        };
+        let store_url = format!("{store_scheme}://127.0.0.1:{store_port}");
         let scheme = if opts.insecure { "http" } else { "https" };
         let server = format!("{scheme}://127.0.0.1:{api_port}");
         let dir = tempfile::tempdir().unwrap();
@@ -230,17 +237,25 @@ impl Cluster {
                 },
             );
         } else {
-            c.add(
-                "store",
-                "rkube-store",
-                vec![
-                    "--data-dir".into(),
-                    data.to_str().unwrap().into(),
-                    "--listen-client-urls".into(),
-                    store_url.clone(),
-                ],
-                format!("{store_url}/health"),
-            );
+            let mut args = vec![
+                "--data-dir".into(),
+                data.to_str().unwrap().into(),
+                "--listen-client-urls".into(),
+                store_url.clone(),
+            ];
+            if let Some(p) = &pki {
+                let f = |name: &str| p.join(name).to_str().unwrap().to_string();
+                args.extend([
+                    "--cert-file".into(),
+                    f("store.crt"),
+                    "--key-file".into(),
+                    f("store.key"),
+                    "--trusted-ca-file".into(),
+                    f("ca.crt"),
+                    "--client-cert-auth".into(),
+                ]);
+            }
+            c.add("store", "rkube-store", args, format!("{store_url}/health"));
         }
         c.start_proc("store").await;
         let mut args = vec![
@@ -262,9 +277,27 @@ impl Cluster {
                 f("ca.crt"),
                 "--authorization-mode".into(),
                 "Node,RBAC".into(),
+                "--enable-admission-plugins".into(),
+                "NodeRestriction".into(),
                 "--enable-priority-and-fairness".into(),
                 "true".into(),
+                "--kubelet-client-certificate".into(),
+                f("apiserver-kubelet-client.crt"),
+                "--kubelet-client-key".into(),
+                f("apiserver-kubelet-client.key"),
+                "--kubelet-certificate-authority".into(),
+                f("ca.crt"),
             ]);
+            if !opts.etcd {
+                args.extend([
+                    "--etcd-cafile".into(),
+                    f("ca.crt"),
+                    "--etcd-certfile".into(),
+                    f("apiserver-etcd-client.crt"),
+                    "--etcd-keyfile".into(),
+                    f("apiserver-etcd-client.key"),
+                ]);
+            }
         }
         args.extend(opts.apiserver.clone());
         c.add(
@@ -310,15 +343,27 @@ impl Cluster {
                 "--port".into(),
                 port.to_string(),
             ];
+            let mut health_scheme = "http";
             if let Some(p) = &pki {
-                args.extend(["--node-kubeconfig-dir".into(), p.to_str().unwrap().into()]);
+                let f = |name: &str| p.join(name).to_str().unwrap().to_string();
+                args.extend([
+                    "--node-kubeconfig-dir".into(),
+                    p.to_str().unwrap().into(),
+                    "--tls-cert-file".into(),
+                    f("kubelet.crt"),
+                    "--tls-private-key-file".into(),
+                    f("kubelet.key"),
+                    "--client-ca-file".into(),
+                    f("ca.crt"),
+                ]);
+                health_scheme = "https";
             }
             args.extend(extra);
             c.add(
                 &name,
                 "rkube-kubelet-agent",
                 args,
-                format!("http://127.0.0.1:{port}/readyz"),
+                format!("{health_scheme}://127.0.0.1:{port}/readyz"),
             );
             c.start_proc(&name).await;
         }

@@ -8,60 +8,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub use crate::error::{grpc_code, EtcdError};
+use crate::error::api_error;
 use crate::types::*;
 use crate::watch::{self, WatchReceiver, WatchSender};
-
-/// gRPC status codes that etcd puts in the `code` field of its error JSON.
-pub mod grpc_code {
-    pub const INVALID_ARGUMENT: i32 = 3;
-    pub const NOT_FOUND: i32 = 5;
-    pub const FAILED_PRECONDITION: i32 = 9;
-    pub const OUT_OF_RANGE: i32 = 11;
-    pub const UNAVAILABLE: i32 = 14;
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum EtcdError {
-    /// etcd answered with its error JSON.
-    #[error("{message}")]
-    Api {
-        status: u16,
-        code: i32,
-        message: String,
-    },
-    /// No endpoint could be reached, or the connection broke.
-    #[error("etcd transport error: {0}")]
-    Transport(String),
-    /// The response was not the JSON we expected.
-    #[error("etcd response could not be decoded: {0}")]
-    Decode(String),
-}
-
-impl EtcdError {
-    pub fn message(&self) -> String {
-        self.to_string()
-    }
-    /// `etcdserver: mvcc: required revision has been compacted`
-    pub fn is_compacted(&self) -> bool {
-        matches!(self, EtcdError::Api { message, .. } if message.contains("required revision has been compacted"))
-    }
-    /// `etcdserver: mvcc: required revision is a future revision`
-    pub fn is_future_revision(&self) -> bool {
-        matches!(self, EtcdError::Api { message, .. } if message.contains("required revision is a future revision"))
-    }
-    pub fn is_lease_not_found(&self) -> bool {
-        matches!(self, EtcdError::Api { message, .. } if message.contains("requested lease not found"))
-    }
-    pub fn is_transport(&self) -> bool {
-        matches!(self, EtcdError::Transport(_))
-    }
-}
-
-impl From<reqwest::Error> for EtcdError {
-    fn from(e: reqwest::Error) -> Self {
-        EtcdError::Transport(e.to_string())
-    }
-}
 
 #[derive(Clone)]
 pub struct EtcdClient {
@@ -80,23 +30,57 @@ struct Inner {
     current: AtomicUsize,
 }
 
+/// TLS to https:// endpoints (upstream's `--etcd-cafile`, `--etcd-certfile`,
+/// `--etcd-keyfile`): the CA to verify the servers with, and the client certificate to present.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    /// PEM CA bundle.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM client certificate followed by its key.
+    pub identity_pem: Option<Vec<u8>>,
+}
+
+impl ClientTls {
+    fn apply(&self, mut b: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, EtcdError> {
+        let bad = |what: &str, e: reqwest::Error| EtcdError::Transport(format!("{what}: {e}"));
+        b = b.use_rustls_tls();
+        if let Some(ca) = &self.ca_pem {
+            for c in reqwest::Certificate::from_pem_bundle(ca).map_err(|e| bad("etcd CA", e))? {
+                b = b.add_root_certificate(c);
+            }
+        }
+        if let Some(id) = &self.identity_pem {
+            b = b.identity(reqwest::Identity::from_pem(id).map_err(|e| bad("etcd client certificate", e))?);
+        }
+        Ok(b)
+    }
+}
+
 impl EtcdClient {
     /// `endpoints` are base URLs such as `http://127.0.0.1:2379`; calls fail over between them.
     pub fn new(endpoints: &[String]) -> Result<Self, EtcdError> {
+        Self::with_tls(endpoints, None)
+    }
+
+    /// A client of https:// endpoints with `tls` (plain http:// endpoints need none).
+    pub fn with_tls(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Self, EtcdError> {
         if endpoints.is_empty() {
             return Err(EtcdError::Transport("no etcd endpoints given".into()));
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30))
-            .build()?;
-        let stream_http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30));
+        let mut stream_http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(3))
-            .http1_only()
-            .build()?;
+            .http1_only();
+        if let Some(tls) = tls {
+            http = tls.apply(http)?;
+            stream_http = tls.apply(stream_http)?;
+        }
+        let (http, stream_http) = (http.build()?, stream_http.build()?);
         let endpoints = endpoints
             .iter()
             .map(|e| e.trim().trim_end_matches('/').to_string())
@@ -321,21 +305,3 @@ async fn decode_response<Resp: DeserializeOwned>(
     })
 }
 
-pub(crate) fn api_error(status: u16, body: &[u8]) -> EtcdError {
-    match serde_json::from_slice::<ErrorBody>(body) {
-        Ok(e) if !e.message.is_empty() || !e.error.is_empty() => EtcdError::Api {
-            status,
-            code: e.code,
-            message: if e.message.is_empty() {
-                e.error
-            } else {
-                e.message
-            },
-        },
-        _ => EtcdError::Api {
-            status,
-            code: 0,
-            message: format!("HTTP {status}: {}", String::from_utf8_lossy(body).trim()),
-        },
-    }
-}

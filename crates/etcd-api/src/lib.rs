@@ -7,9 +7,10 @@
 
 pub mod client;
 pub mod codec;
+pub mod error;
 pub mod types;
 pub mod watch;
 
-pub use client::{EtcdClient, EtcdError};
+pub use client::{ClientTls, EtcdClient, EtcdError};
 pub use types::*;
 pub use watch::{WatchReceiver, WatchSender};

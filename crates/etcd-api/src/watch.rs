@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::client::{api_error, EtcdError};
+use crate::error::{api_error, EtcdError};
 use crate::types::*;
 
 /// Sends further requests on an open watch stream. Dropping it ends the request body.

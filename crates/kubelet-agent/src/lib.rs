@@ -6,6 +6,7 @@
 
 pub mod logs;
 pub mod node;
+pub mod server;
 pub mod sim;
 pub mod stages;
 pub mod worker;
@@ -57,6 +58,8 @@ pub struct Config {
     /// Each node speaks as itself (`system:node:<name>`) with `<dir>/node-<name>.kubeconfig`
     /// (rkube-pki's layout) instead of the process's kubeconfig.
     pub node_kubeconfig_dir: Option<std::path::PathBuf>,
+    /// HTTPS for the agent's port, and who may read logs (`server`).
+    pub tls: Option<server::Tls>,
 }
 
 impl Config {
@@ -81,6 +84,7 @@ impl Config {
             event_qps: 50.0,
             event_burst: 100,
             node_kubeconfig_dir: None,
+            tls: None,
         }
     }
 
@@ -116,12 +120,18 @@ pub async fn run(
     let ready = rkube_daemon::health::Ready::default();
     let sims: logs::Sims = Arc::default();
     let app = rkube_daemon::health::router(metrics.clone(), ready.clone())
-        .merge(logs::router(sims.clone()));
+        .merge(logs::router(sims.clone()))
+        .layer(axum::middleware::from_fn(server::guard_logs));
+    let tls = config.tls.as_ref().map(server::server_config).transpose()?;
+    let identify = server::identify(
+        config
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca.is_some()),
+    );
     let s = shutdown.clone();
     let server = tokio::spawn(async move {
-        axum::serve(rkube_daemon::nodelay(listener), app)
-            .with_graceful_shutdown(async move { s.cancelled().await })
-            .await
+        rkube_daemon::serve::serve(listener, tls, app, identify, Default::default(), s).await
     });
     let client = Client::new(config.client.clone())?;
     let recorder = Recorder::new(&client, "kubelet", None, shutdown.clone())

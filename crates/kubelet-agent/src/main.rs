@@ -64,6 +64,29 @@ struct Flags {
     /// has its own --kube-api-qps budget and connections, as separate kubelets would.
     #[arg(long)]
     node_kubeconfig_dir: Option<std::path::PathBuf>,
+    /// Serve HTTPS with this certificate ...
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// ... and key.
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// Logs only for a client certificate from this CA naming the apiserver.
+    #[arg(long, requires = "tls_cert_file")]
+    client_ca_file: Option<std::path::PathBuf>,
+}
+
+/// `--node-ip` as an address: a host name (a compose service) is resolved once, since a Node's
+/// `InternalIP` must be an IP address.
+async fn resolve_node_ip(given: &str) -> anyhow::Result<String> {
+    if given.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(given.to_string());
+    }
+    let addr = tokio::net::lookup_host((given, 0))
+        .await
+        .with_context(|| format!("--node-ip {given}: not an IP address, and it does not resolve"))?
+        .next()
+        .with_context(|| format!("--node-ip {given}: resolves to no address"))?;
+    Ok(addr.ip().to_string())
 }
 
 #[tokio::main]
@@ -91,11 +114,19 @@ async fn main() -> anyhow::Result<()> {
         rkube_kubelet_agent::stages::Stages::load(&f.stages).map_err(anyhow::Error::msg)?;
     config.watch_bookmarks = f.watch_bookmarks;
     config.watch_timeout = f.watch_timeout.into();
-    config.node_ip = f.node_ip;
+    config.node_ip = resolve_node_ip(&f.node_ip).await?;
     config.port = f.port;
     config.event_qps = f.event_qps;
     config.event_burst = f.event_burst;
     config.node_kubeconfig_dir = f.node_kubeconfig_dir;
+    config.tls = match (f.tls_cert_file, f.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(rkube_kubelet_agent::server::Tls {
+            cert,
+            key,
+            client_ca: f.client_ca_file,
+        }),
+        _ => None,
+    };
     let addr = format!("{}:{}", f.bind_address, f.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

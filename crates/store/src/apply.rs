@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::error::*;
 use crate::index::{Meta, Rev, TreeIndex};
 use crate::keyrange::KeyRange;
-use crate::lease::{Lessor, MAX_LEASE_TTL};
+use crate::lease::{Lessor, MAX_LEASES, MAX_LEASE_TTL};
 use crate::record::Record;
 
 /// Where records live: a redb transaction in the server, a map in tests.
@@ -450,6 +450,11 @@ impl<'a, S: RecordStore> Applier<'a, S> {
         if req.ttl > MAX_LEASE_TTL {
             return Err(StoreError::LeaseTtlTooLarge);
         }
+        if self.lessor.len() >= MAX_LEASES {
+            return Err(StoreError::Exhausted(format!(
+                "etcdserver: too many leases (the limit is {MAX_LEASES})"
+            )));
+        }
         let id = if req.id == 0 {
             loop {
                 let id = rand::random::<i64>() & i64::MAX;
@@ -521,8 +526,25 @@ pub fn execute_range(
     current: i64,
     compact_rev: i64,
     req: &RangeRequest,
-    mut fetch: impl FnMut(Rev) -> Result<Option<Record>, StoreError>,
+    fetch: impl FnMut(Rev) -> Result<Option<Record>, StoreError>,
 ) -> Result<RangeResponse, StoreError> {
+    let plan = plan_range(index, current, compact_rev, req)?;
+    finish_range(plan, req, fetch)
+}
+
+/// What a Range reads, decided from the index alone (cheap, under the state lock).
+pub struct RangePlan {
+    revs: Vec<Rev>,
+    count: usize,
+}
+
+/// The revisions a Range will read, checked against the current and compacted revisions.
+pub fn plan_range(
+    index: &TreeIndex,
+    current: i64,
+    compact_rev: i64,
+    req: &RangeRequest,
+) -> Result<RangePlan, StoreError> {
     let at = if req.revision <= 0 {
         current
     } else {
@@ -535,17 +557,35 @@ pub fn execute_range(
         return Err(StoreError::Compacted);
     }
     let range = KeyRange::new(&req.key, &req.range_end);
-    let filtered = req.min_mod_revision != 0
-        || req.max_mod_revision != 0
-        || req.min_create_revision != 0
-        || req.max_create_revision != 0;
     // etcd pushes the limit (+1 for `more`) down only when nothing reorders or drops keys.
-    let pushed_limit = if req.sort_order != SortOrder::None || filtered || req.limit <= 0 {
+    let pushed_limit = if req.sort_order != SortOrder::None || filtered(req) || req.limit <= 0 {
         0
     } else {
         req.limit as usize + 1
     };
     let (revs, count) = index.range_at(&range, at, if req.count_only { 1 } else { pushed_limit });
+    Ok(RangePlan {
+        revs: revs.into_iter().map(|(_, rev)| rev).collect(),
+        count,
+    })
+}
+
+fn filtered(req: &RangeRequest) -> bool {
+    req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0
+}
+
+/// Reads a planned Range's values (from a snapshot, without the state lock) and shapes the
+/// response: filters, order, limit, keys only.
+pub fn finish_range(
+    plan: RangePlan,
+    req: &RangeRequest,
+    mut fetch: impl FnMut(Rev) -> Result<Option<Record>, StoreError>,
+) -> Result<RangeResponse, StoreError> {
+    let RangePlan { revs, count } = plan;
+    let filtered = filtered(req);
     let mut resp = RangeResponse {
         header: None,
         kvs: Vec::new(),
@@ -556,7 +596,7 @@ pub fn execute_range(
         return Ok(resp);
     }
     let mut kvs = Vec::with_capacity(revs.len());
-    for (_, rev) in &revs {
+    for rev in &revs {
         if let Some(rec) = fetch(*rev)? {
             kvs.push(rec.to_kv(rev.main, false));
         }

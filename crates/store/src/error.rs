@@ -38,6 +38,9 @@ pub enum StoreError {
     MethodNotAllowed,
     #[error("etcdserver: server stopped")]
     Stopped,
+    /// A limit on what clients may hold (leases, watchers): gRPC ResourceExhausted.
+    #[error("{0}")]
+    Exhausted(String),
     /// A malformed message on a streaming endpoint (gRPC Unknown, HTTP 500 on etcd's gateway).
     #[error("{0}")]
     StreamDecode(String),
@@ -60,7 +63,7 @@ impl StoreError {
             }
             StoreError::LeaseNotFound | StoreError::UnknownPath => grpc_code::NOT_FOUND,
             StoreError::LeaseExists => grpc_code::FAILED_PRECONDITION,
-            StoreError::MessageTooLarge(..) => 8,
+            StoreError::MessageTooLarge(..) | StoreError::Exhausted(_) => 8,
             StoreError::MethodNotAllowed => 12,
             StoreError::Stopped => grpc_code::UNAVAILABLE,
             StoreError::StreamDecode(_) => 2,

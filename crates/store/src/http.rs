@@ -83,6 +83,33 @@ const API_PATHS: &[&str] = &[
     "maintenance/hash",
 ];
 
+/// `/health` as etcd's: `{"health":"true"}` when the writer thread is alive and keeping up
+/// and a read of the database succeeds; 503 with `"health":"false"` and the reason otherwise.
+fn health(app: &App) -> Response {
+    let probe = app.writer.health().and_then(|()| {
+        app.mvcc
+            .range(&RangeRequest {
+                key: b"health".to_vec(),
+                count_only: true,
+                ..Default::default()
+            })
+            .map(|_| ())
+            .map_err(|e| format!("a read failed: {e}"))
+    });
+    let (status, body) = match probe {
+        // etcd 3.4's exact body (the conformance suite compares it).
+        Ok(()) => (StatusCode::OK, r#"{"health":"true"}"#.to_string()),
+        Err(why) => {
+            tracing::warn!(reason = %why, "unhealthy");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"health": "false", "reason": why}).to_string(),
+            )
+        }
+    };
+    (status, [("content-type", "text/plain; charset=utf-8")], body).into_response()
+}
+
 /// Routes requests the way etcd's HTTP mux does, including its 404 and 405 bodies.
 async fn dispatch(State(app): State<App>, req: Request) -> Response {
     let path = req.uri().path().to_string();
@@ -91,13 +118,7 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
         "/health" | "/version" | "/metrics" if !get => {
             return text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n")
         }
-        "/health" => {
-            return (
-                [("content-type", "text/plain; charset=utf-8")],
-                r#"{"health":"true"}"#,
-            )
-                .into_response();
-        }
+        "/health" => return health(&app),
         "/version" => {
             let body = format!(
                 r#"{{"etcdserver":"{ETCD_VERSION}","etcdcluster":"{ETCD_CLUSTER_VERSION}"}}"#

@@ -9,6 +9,10 @@ use tokio::time::{Duration, Instant};
 /// etcd's `MaxLeaseTTL`.
 pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
 
+/// Leases that may exist at once: each is memory and a row on disk, and a client granting
+/// them in a loop must not exhaust either.
+pub const MAX_LEASES: usize = 100_000;
+
 #[derive(Debug, Clone)]
 pub struct Lease {
     pub id: i64,

@@ -48,6 +48,15 @@ pub struct Config {
     pub watch_buffer: usize,
     /// The smallest TTL a lease gets.
     pub min_lease_ttl: i64,
+    /// Watchers the store holds at once; more are refused.
+    pub max_watchers: usize,
+    /// Watchers one watch stream may hold.
+    pub max_watchers_per_stream: usize,
+    /// HTTPS, and client certificates as etcd's `--client-cert-auth` (`--cert-file`,
+    /// `--key-file`, `--trusted-ca-file`).
+    pub tls: Option<rkube_daemon::tls::TlsFiles>,
+    /// What clients may hold (connections, timeouts).
+    pub limits: rkube_daemon::serve::Limits,
 }
 
 impl Config {
@@ -61,6 +70,10 @@ impl Config {
             cache_bytes: 64 * 1024 * 1024,
             watch_buffer: 1024,
             min_lease_ttl: 2,
+            max_watchers: 100_000,
+            max_watchers_per_stream: 10_000,
+            tls: None,
+            limits: Default::default(),
         }
     }
 }
@@ -109,13 +122,26 @@ pub async fn run(
         max_txn_ops: config.max_txn_ops,
         watch: Arc::new(watch::stream::WatchConfig {
             buffer: config.watch_buffer,
+            max_watchers: config.max_watchers,
+            max_watchers_per_stream: config.max_watchers_per_stream,
         }),
         shutdown: shutdown.clone(),
     };
     tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), "rkube-store serving");
-    axum::serve(rkube_daemon::nodelay(listener), http::router(app))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(rkube_daemon::tls::server_config)
+        .transpose()?;
+    rkube_daemon::serve::serve(
+        listener,
+        tls,
+        http::router(app),
+        rkube_daemon::serve::by_address(),
+        config.limits.clone(),
+        shutdown,
+    )
+    .await?;
     tracing::info!("rkube-store stopped");
     Ok(())
 }

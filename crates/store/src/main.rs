@@ -44,6 +44,18 @@ struct Flags {
     /// redb page cache in MiB.
     #[arg(long, default_value_t = 64)]
     cache_size_mb: usize,
+    /// Serve HTTPS with this certificate (then --listen-client-urls are https:// URLs).
+    #[arg(long)]
+    cert_file: Option<PathBuf>,
+    /// The certificate's private key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Verify client certificates against this CA.
+    #[arg(long)]
+    trusted_ca_file: Option<PathBuf>,
+    /// Require a client certificate signed by --trusted-ca-file (etcd's flag).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    client_cert_auth: bool,
 }
 
 fn parse_retention(s: &str) -> anyhow::Result<Duration> {
@@ -57,11 +69,13 @@ fn parse_retention(s: &str) -> anyhow::Result<Duration> {
     rkube_daemon::parse_duration(s).map_err(|e| anyhow::anyhow!("--auto-compaction-retention: {e}"))
 }
 
-fn listen_addr(urls: &str) -> anyhow::Result<String> {
+/// The address of the first client URL, which must be https:// exactly when TLS is on.
+fn listen_addr(urls: &str, tls: bool) -> anyhow::Result<String> {
     let first = urls.split(',').next().unwrap_or_default().trim();
-    let addr = first
-        .strip_prefix("http://")
-        .with_context(|| format!("--listen-client-urls must be http:// URLs, got {first:?}"))?;
+    let scheme = if tls { "https://" } else { "http://" };
+    let addr = first.strip_prefix(scheme).with_context(|| {
+        format!("--listen-client-urls must be {scheme} URLs here, got {first:?}")
+    })?;
     Ok(addr.trim_end_matches('/').to_string())
 }
 
@@ -75,7 +89,21 @@ async fn main() -> anyhow::Result<()> {
     config.max_request_bytes = flags.max_request_bytes;
     config.max_txn_ops = flags.max_txn_ops;
     config.cache_bytes = flags.cache_size_mb * 1024 * 1024;
-    let addr = listen_addr(&flags.listen_client_urls)?;
+    config.tls = match (&flags.cert_file, &flags.key_file) {
+        (Some(cert), Some(key)) => Some(rkube_daemon::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: flags.trusted_ca_file.clone(),
+            require_client_cert: flags.client_cert_auth,
+        }),
+        (None, None) => None,
+        _ => anyhow::bail!("--cert-file and --key-file go together"),
+    };
+    anyhow::ensure!(
+        !flags.client_cert_auth || flags.trusted_ca_file.is_some(),
+        "--client-cert-auth needs --trusted-ca-file"
+    );
+    let addr = listen_addr(&flags.listen_client_urls, config.tls.is_some())?;
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("listen on {addr}"))?;

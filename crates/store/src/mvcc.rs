@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use rkube_etcd_api::*;
 use tokio::time::Instant;
 
-use crate::apply::execute_range;
+use crate::apply::{finish_range, plan_range};
 use crate::backend::{Backend, ReadSnapshot};
 use crate::error::StoreError;
 use crate::index::TreeIndex;
@@ -109,16 +109,20 @@ impl Mvcc {
         self.state.read().unwrap().current_rev
     }
 
-    /// A Range at the committed revision (or an older retained one).
+    /// A Range at the committed revision (or an older retained one). The state lock is held
+    /// only to pick the revisions from the index and open a snapshot; values are read from
+    /// the snapshot after it is released, so a large Range never holds up the writer.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        let st = self.state.read().unwrap();
-        // The snapshot is opened under the lock, so no compaction can remove a record the
-        // index still points at before we read it.
-        let snap = self.backend.read()?;
-        let mut resp = execute_range(&st.index, st.current_rev, st.compact_rev, req, |rev| {
-            snap.get(rev)
-        })?;
-        resp.header = Some(self.header(st.current_rev));
+        let (plan, snap, current) = {
+            let st = self.state.read().unwrap();
+            let plan = plan_range(&st.index, st.current_rev, st.compact_rev, req)?;
+            // The snapshot is opened under the lock, so it holds every record the plan points
+            // at: a compaction committed later is not visible to it.
+            let snap = self.backend.read()?;
+            (plan, snap, st.current_rev)
+        };
+        let mut resp = finish_range(plan, req, |rev| snap.get(rev))?;
+        resp.header = Some(self.header(current));
         Ok(resp)
     }
 

@@ -26,17 +26,40 @@ pub struct WriteRequest {
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<WriteRequest>,
+    progress: Arc<Progress>,
 }
+
+/// What the writer has done, for `/health`.
+#[derive(Default)]
+struct Progress {
+    submitted: std::sync::atomic::AtomicU64,
+    completed: std::sync::atomic::AtomicU64,
+    /// When the writer last finished a batch (milliseconds since `epoch`).
+    last_batch_ms: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<StdInstant>,
+}
+
+impl Progress {
+    fn now_ms(&self) -> u64 {
+        self.epoch.get_or_init(StdInstant::now).elapsed().as_millis() as u64
+    }
+}
+
+/// How long the writer may sit on queued requests before `/health` calls it stuck.
+const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Writer {
     /// Starts the writer thread. It stops when every `Writer` handle is dropped.
     pub fn start(mvcc: Arc<Mvcc>) -> Self {
         let (tx, rx) = mpsc::channel(4096);
+        let progress = Arc::new(Progress::default());
+        progress.now_ms();
+        let p = progress.clone();
         std::thread::Builder::new()
             .name("rkube-store-writer".into())
-            .spawn(move || run(mvcc, rx))
+            .spawn(move || run(mvcc, rx, p))
             .expect("spawn writer thread");
-        Writer { tx }
+        Writer { tx, progress }
     }
 
     pub async fn submit(&self, op: WriteOp) -> Result<WriteResult, StoreError> {
@@ -45,11 +68,34 @@ impl Writer {
             .send(WriteRequest { op, reply })
             .await
             .map_err(|_| StoreError::Stopped)?;
+        self.progress
+            .submitted
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         rx.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    /// Whether the writer thread is alive and keeping up: an error says why not (it has
+    /// stopped, or requests have waited on it for longer than `STUCK_AFTER`).
+    pub fn health(&self) -> Result<(), String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.tx.is_closed() {
+            return Err("the writer has stopped".into());
+        }
+        let p = &self.progress;
+        let waiting = p.submitted.load(SeqCst) > p.completed.load(SeqCst);
+        let idle_ms = p.now_ms().saturating_sub(p.last_batch_ms.load(SeqCst));
+        if waiting && idle_ms > STUCK_AFTER.as_millis() as u64 {
+            return Err(format!(
+                "the writer has not finished a batch for {} s",
+                idle_ms / 1000
+            ));
+        }
+        Ok(())
     }
 }
 
-fn run(mvcc: Arc<Mvcc>, mut rx: mpsc::Receiver<WriteRequest>) {
+fn run(mvcc: Arc<Mvcc>, mut rx: mpsc::Receiver<WriteRequest>, progress: Arc<Progress>) {
+    use std::sync::atomic::Ordering::SeqCst;
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -58,7 +104,10 @@ fn run(mvcc: Arc<Mvcc>, mut rx: mpsc::Receiver<WriteRequest>) {
                 Err(_) => break,
             }
         }
+        let n = batch.len() as u64;
         commit_batch(&mvcc, batch);
+        progress.completed.fetch_add(n, SeqCst);
+        progress.last_batch_ms.store(progress.now_ms(), SeqCst);
     }
     tracing::debug!("writer thread stopped");
 }

@@ -1,13 +1,15 @@
-//! `rkube-probe URL [CA_FILE]`: exits 0 when `GET URL` answers 200 within 2 s, 1 otherwise.
-//! `http://host:port/path`, or `https://…` verified against the PEM CA in CA_FILE. The health
-//! check of rkube's container images, which have no curl.
+//! `rkube-probe URL [CA_FILE [CERT_FILE KEY_FILE]]`: exits 0 when `GET URL` answers 200
+//! within 2 s, 1 otherwise. `http://host:port/path`, or `https://…` verified against the PEM CA
+//! in CA_FILE, presenting the client certificate in CERT_FILE/KEY_FILE when given (a store
+//! with `--client-cert-auth`). The health check of rkube's container images, which have no
+//! curl.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn probe(url: &str, ca: Option<&str>) -> Result<(), String> {
+fn probe(url: &str, ca: Option<&str>, identity: Option<(&str, &str)>) -> Result<(), String> {
     let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
         (Some(r), _) => (false, r),
         (_, Some(r)) => (true, r),
@@ -34,7 +36,7 @@ fn probe(url: &str, ca: Option<&str>) -> Result<(), String> {
             .rsplit_once(':')
             .map_or(hostport, |(h, _)| h)
             .trim_matches(['[', ']']);
-        let mut stream = tls_stream(host, s, ca)?;
+        let mut stream = tls_stream(host, s, ca, identity)?;
         stream
             .write_all(request.as_bytes())
             .map_err(|e| e.to_string())?;
@@ -56,6 +58,7 @@ fn tls_stream(
     host: &str,
     tcp: TcpStream,
     ca_file: &str,
+    identity: Option<(&str, &str)>,
 ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
     let pem = std::fs::read(ca_file).map_err(|e| format!("{ca_file}: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();
@@ -63,13 +66,24 @@ fn tls_stream(
         let cert = cert.map_err(|e| format!("{ca_file}: {e}"))?;
         roots.add(cert).map_err(|e| format!("{ca_file}: {e}"))?;
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = rkube_daemon::tls::read_certs(std::path::Path::new(cert))
+                .map_err(|e| e.to_string())?;
+            let key = rkube_daemon::tls::read_key(std::path::Path::new(key))
+                .map_err(|e| e.to_string())?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+    };
     let name = rustls::pki_types::ServerName::try_from(host.to_string())
         .map_err(|e| format!("{host}: {e}"))?;
     let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
@@ -79,11 +93,13 @@ fn tls_stream(
 fn main() {
     let mut args = std::env::args().skip(1);
     let url = args.next().unwrap_or_else(|| {
-        eprintln!("usage: rkube-probe http(s)://host:port/path [CA_FILE]");
+        eprintln!("usage: rkube-probe http(s)://host:port/path [CA_FILE [CERT_FILE KEY_FILE]]");
         std::process::exit(2)
     });
     let ca = args.next();
-    if let Err(e) = probe(&url, ca.as_deref()) {
+    let (cert, key) = (args.next(), args.next());
+    let identity = cert.as_deref().zip(key.as_deref());
+    if let Err(e) = probe(&url, ca.as_deref(), identity) {
         eprintln!("{url}: {e}");
         std::process::exit(1);
     }

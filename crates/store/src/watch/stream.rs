@@ -33,6 +33,10 @@ pub const CANCEL_REASON_SLOW: &str =
 pub struct WatchConfig {
     /// Messages a stream may have queued before its slowest watcher is cancelled.
     pub buffer: usize,
+    /// Watchers the store holds at once, over all streams.
+    pub max_watchers: usize,
+    /// Watchers one stream may hold.
+    pub max_watchers_per_stream: usize,
 }
 
 /// Serves one watch stream. A malformed first message is refused with HTTP 500 and gRPC
@@ -52,13 +56,14 @@ pub async fn handle(
     let (out_tx, out_rx) = mpsc::channel::<Bytes>(16);
     let (msg_tx, msg_rx) = mpsc::channel::<StreamMsg>(cfg.buffer);
     tokio::spawn(run_stream(
-        mvcc, shutdown, reader, first, msg_tx, msg_rx, out_tx,
+        mvcc, cfg, shutdown, reader, first, msg_tx, msg_rx, out_tx,
     ));
     crate::http::stream_response(out_rx)
 }
 
 struct StreamCtx {
     mvcc: Arc<Mvcc>,
+    config: Arc<WatchConfig>,
     id: u64,
     msg_tx: mpsc::Sender<StreamMsg>,
     out: mpsc::Sender<Bytes>,
@@ -67,8 +72,10 @@ struct StreamCtx {
     next_id: i64,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_stream(
     mvcc: Arc<Mvcc>,
+    config: Arc<WatchConfig>,
     shutdown: ShutdownToken,
     mut reader: RequestReader,
     first: Option<WatchRequest>,
@@ -79,6 +86,7 @@ async fn run_stream(
     let (id, shared) = mvcc.hub.register_stream(msg_tx.clone());
     let mut ctx = StreamCtx {
         mvcc: mvcc.clone(),
+        config,
         id,
         msg_tx,
         out,
@@ -216,6 +224,20 @@ impl StreamCtx {
 
     async fn create(&mut self, c: WatchCreateRequest) -> bool {
         let committed = self.mvcc.hub.committed();
+        if self.watches.len() >= self.config.max_watchers_per_stream
+            || self.mvcc.hub.watcher_count() >= self.config.max_watchers
+        {
+            // Refused as etcd refuses a watch it cannot create: created and canceled at once.
+            let resp = WatchResponse {
+                header: Some(self.mvcc.header(committed)),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: "etcdserver: too many watchers".into(),
+                ..Default::default()
+            };
+            return self.write_result(&resp).await;
+        }
         let id = if c.watch_id != 0 {
             if self.watches.contains_key(&c.watch_id) {
                 let resp = WatchResponse {

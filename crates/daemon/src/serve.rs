@@ -1,0 +1,418 @@
+//! The hardened HTTP/1.1 front every rkube server runs behind (the apiserver, the store, the
+//! kubelet-agent): a bounded accept loop over plain TCP or TLS, then hyper with its own
+//! timers. What a client can hold, and for how long, is bounded:
+//!
+//! - connections: a global cap and a cap per client address (over either, the connection is
+//!   closed at once);
+//! - TLS handshakes: at most `max_handshakes` at a time, each within `handshake_timeout`;
+//! - request heads: within `header_read_timeout` (hyper's timer, slow-loris headers);
+//! - idle keep-alive connections (no request in flight, nothing read or written): closed
+//!   after `idle_timeout`;
+//! - writes: a response that cannot be written for `write_timeout` (a client that stopped
+//!   reading, a watch nobody drains) closes the connection;
+//! - request bodies are bounded where they are read (size, deadline and stall time), by the
+//!   server's own code.
+//!
+//! Shutdown stops accepting, asks every connection to finish its in-flight request, and gives
+//! up on stragglers after `shutdown_grace`.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::ShutdownToken;
+
+/// What one server allows its clients.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    pub max_handshakes: usize,
+    pub handshake_timeout: Duration,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub write_timeout: Duration,
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 16_384,
+            max_connections_per_ip: 8_192,
+            max_handshakes: 256,
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(90),
+            write_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Who is on the other end of a connection, as a server wants to know it: built once per
+/// connection from its address and (TLS) verified client certificates, and handed to every
+/// request on it as `ConnectInfo<P>`.
+pub type Identify<P> =
+    Arc<dyn Fn(SocketAddr, Option<&[CertificateDer<'static>]>) -> P + Send + Sync>;
+
+/// Open connections per client address.
+#[derive(Default)]
+struct PerIp(Mutex<HashMap<IpAddr, usize>>);
+
+impl PerIp {
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<IpSlot> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            ip,
+            map: self.clone(),
+        })
+    }
+}
+
+struct IpSlot {
+    ip: IpAddr,
+    map: Arc<PerIp>,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut m = self.map.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown`.
+pub async fn serve<P>(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    router: axum::Router,
+    identify: Identify<P>,
+    limits: Limits,
+    shutdown: ShutdownToken,
+) -> std::io::Result<()>
+where
+    P: Clone + Send + Sync + 'static,
+{
+    let conns = Arc::new(Semaphore::new(limits.max_connections));
+    let handshakes = Arc::new(Semaphore::new(limits.max_handshakes));
+    let per_ip = Arc::new(PerIp::default());
+    let live = Arc::new(AtomicUsize::new(0));
+    let drained = Arc::new(tokio::sync::Notify::new());
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let (tcp, addr) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(conn_permit) = conns.clone().try_acquire_owned() else {
+            tracing::debug!(%addr, "connection refused: server at its connection limit");
+            continue;
+        };
+        let Some(ip_slot) = per_ip.take(addr.ip(), limits.max_connections_per_ip) else {
+            tracing::debug!(%addr, "connection refused: client at its connection limit");
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let (router, identify, limits) = (router.clone(), identify.clone(), limits.clone());
+        let (acceptor, handshakes, shutdown) =
+            (acceptor.clone(), handshakes.clone(), shutdown.clone());
+        let (live, drained) = (live.clone(), drained.clone());
+        live.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let _held = (conn_permit, ip_slot);
+            match acceptor {
+                None => {
+                    let peer = identify(addr, None);
+                    connection(tcp, peer, router, &limits, shutdown).await;
+                }
+                Some(acceptor) => {
+                    let handshake = async {
+                        let _slot = handshakes.acquire().await.ok()?;
+                        acceptor.accept(tcp).await.ok()
+                    };
+                    match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+                        Ok(Some(tls)) => {
+                            let peer = identify(addr, tls.get_ref().1.peer_certificates());
+                            connection(tls, peer, router, &limits, shutdown).await;
+                        }
+                        _ => tracing::debug!(%addr, "TLS handshake failed or timed out"),
+                    }
+                }
+            }
+            if live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                drained.notify_waiters();
+            }
+        });
+    }
+    drop(listener);
+    // Connections finish their requests (each was told to); stragglers are cut off.
+    let waited = tokio::time::timeout(limits.shutdown_grace, async {
+        while live.load(Ordering::SeqCst) > 0 {
+            let notified = drained.notified();
+            if live.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            notified.await;
+        }
+    })
+    .await;
+    if waited.is_err() {
+        tracing::warn!(
+            connections = live.load(Ordering::SeqCst),
+            "connections still open after the shutdown grace period"
+        );
+    }
+    Ok(())
+}
+
+/// What a connection has been doing, for its watchdog.
+struct Activity {
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last byte read or written.
+    last_progress: AtomicU64,
+    /// Milliseconds since `epoch` (+1) since which a write has been waiting; 0 = none.
+    write_blocked_since: AtomicU64,
+    /// Requests whose responses are not finished.
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+}
+
+/// Serves one connection until it ends, its watchdog fires, or shutdown.
+async fn connection<I, P>(
+    io: I,
+    peer: P,
+    router: axum::Router,
+    limits: &Limits,
+    shutdown: ShutdownToken,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    P: Clone + Send + Sync + 'static,
+{
+    let activity = Arc::new(Activity {
+        epoch: Instant::now(),
+        last_progress: AtomicU64::new(1),
+        write_blocked_since: AtomicU64::new(0),
+        in_flight: AtomicUsize::new(0),
+    });
+    let io = Watched {
+        inner: io,
+        activity: activity.clone(),
+    };
+    let service_activity = activity.clone();
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(ConnectInfo(peer.clone()));
+        let activity = service_activity.clone();
+        activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(activity);
+        let mut router = router.clone();
+        async move {
+            let resp = tower_service::Service::call(&mut router, req).await?;
+            Ok::<_, std::convert::Infallible>(
+                resp.map(|body| axum::body::Body::new(Tracked { body, _guard: guard })),
+            )
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    let tick = (limits.idle_timeout.min(limits.write_timeout) / 4)
+        .clamp(Duration::from_millis(100), Duration::from_secs(2));
+    let mut watchdog = tokio::time::interval(tick);
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = shutdown.cancelled(), if !shutting_down => {
+                shutting_down = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = watchdog.tick() => {
+                let now = activity.now();
+                let blocked = activity.write_blocked_since.load(Ordering::Relaxed);
+                if blocked != 0 && now.saturating_sub(blocked) > limits.write_timeout.as_millis() as u64 {
+                    tracing::debug!("closing a connection whose client stopped reading");
+                    return;
+                }
+                let quiet = now.saturating_sub(activity.last_progress.load(Ordering::Relaxed));
+                if activity.in_flight.load(Ordering::SeqCst) == 0
+                    && quiet > limits.idle_timeout.as_millis() as u64
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A request in flight until its response body is done (or dropped).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0
+            .last_progress
+            .store(self.0.now(), Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted as in flight.
+struct Tracked {
+    body: axum::body::Body,
+    _guard: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A stream that records its progress and how long a write has been waiting.
+struct Watched<I> {
+    inner: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            let now = self.activity.now();
+            self.activity.last_progress.store(now, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<I: AsyncWrite + Unpin> Watched<I> {
+    fn note_write<T>(&self, r: &Poll<std::io::Result<T>>) {
+        let a = &self.activity;
+        match r {
+            Poll::Pending => {
+                let _ = a.write_blocked_since.compare_exchange(
+                    0,
+                    a.now(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            Poll::Ready(_) => {
+                a.write_blocked_since.store(0, Ordering::Relaxed);
+                a.last_progress.store(a.now(), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.note_write(&r);
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.note_write(&r);
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.note_write(&r);
+        r
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A plain-HTTP peer: its address only.
+pub fn by_address() -> Identify<SocketAddr> {
+    Arc::new(|addr, _| addr)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,84 @@
+//! The agent's HTTP server (upstream's kubelet port): `/healthz` and `/metrics` for anyone,
+//! the simulated container logs only for the apiserver. With `--tls-cert-file` it serves
+//! HTTPS, and with `--client-ca-file` the logs need a client certificate from that CA naming
+//! the apiserver (`kube-apiserver-kubelet-client`, or a `system:masters` identity): whoever
+//! can reach a node's port cannot read its pods' logs. Behind `rkube_daemon::serve`'s limits.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rustls::pki_types::CertificateDer;
+
+/// `--tls-cert-file`, `--tls-private-key-file`, `--client-ca-file`.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Who connected, as far as the logs care.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub addr: SocketAddr,
+    /// May read logs: the apiserver's certificate (or no client authentication configured).
+    pub may_read_logs: bool,
+}
+
+/// Whether a verified certificate names the apiserver (or a cluster admin).
+fn is_apiserver(cert: &CertificateDer<'_>) -> bool {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return false;
+    };
+    let subject = parsed.subject();
+    let cn_ok = subject
+        .iter_common_name()
+        .filter_map(|c| c.as_str().ok())
+        .any(|cn| cn == "kube-apiserver-kubelet-client");
+    let masters = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .any(|o| o == "system:masters");
+    cn_ok || masters
+}
+
+/// How each connection is identified: with client authentication on, only a verified
+/// certificate naming the apiserver may read logs.
+pub fn identify(client_auth: bool) -> rkube_daemon::serve::Identify<Caller> {
+    Arc::new(move |addr, certs| Caller {
+        addr,
+        may_read_logs: !client_auth
+            || certs
+                .and_then(|c| c.first())
+                .is_some_and(is_apiserver),
+    })
+}
+
+/// Refuses the logs to callers that may not read them (401, as a kubelet without a valid
+/// client certificate answers).
+pub async fn guard_logs(req: Request, next: Next) -> Response {
+    let allowed = req
+        .extensions()
+        .get::<ConnectInfo<Caller>>()
+        .is_some_and(|c| c.0.may_read_logs);
+    if !allowed && req.uri().path().starts_with("/containerLogs/") {
+        return (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
+    }
+    next.run(req).await
+}
+
+/// The rustls configuration: client certificates verified when offered, never required (so
+/// `/healthz` stays open).
+pub fn server_config(tls: &Tls) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    rkube_daemon::tls::server_config(&rkube_daemon::tls::TlsFiles {
+        cert: tls.cert.clone(),
+        key: tls.key.clone(),
+        client_ca: tls.client_ca.clone(),
+        require_client_cert: false,
+    })
+}
