@@ -28,6 +28,21 @@ enum Segment {
 /// A reported key is cut to this many bytes.
 const MAX_KEY_SHOWN: usize = 256;
 
+/// A key as a report shows it: cut to `MAX_KEY_SHOWN` bytes (on a character boundary), with
+/// an ellipsis when it was cut.
+pub fn push_key(out: &mut String, k: &str) {
+    if k.len() > MAX_KEY_SHOWN {
+        let mut end = MAX_KEY_SHOWN;
+        while !k.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push_str(&k[..end]);
+        out.push('…');
+    } else {
+        out.push_str(k);
+    }
+}
+
 fn render(path: &[Segment]) -> String {
     let mut out = String::new();
     for s in path {
@@ -36,16 +51,7 @@ fn render(path: &[Segment]) -> String {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                if k.len() > MAX_KEY_SHOWN {
-                    let mut end = MAX_KEY_SHOWN;
-                    while !k.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    out.push_str(&k[..end]);
-                    out.push('…');
-                } else {
-                    out.push_str(k);
-                }
+                push_key(&mut out, k);
             }
             Segment::Index(i) => out.push_str(&format!("[{i}]")),
         }

@@ -15,7 +15,7 @@ pub struct Query {
 }
 
 /// The longest query accepted (selectors of thousands of terms fit).
-pub const MAX_QUERY_BYTES: usize = 64 * 1024;
+pub const MAX_QUERY_BYTES: usize = 32 * 1024;
 
 impl Query {
     /// Parses a raw query string; a repeated key or an oversized query is a 400.

@@ -470,7 +470,7 @@ async fn bootstrap<const N: usize>(
                         serde_json::from_slice(&reg.get("", &name, None).await.map_err(|e| {
                             anyhow::anyhow!("reading {plural} {name}: {}", e.status().message)
                         })?)?;
-                    if let Some(updated) = reconcile::reconcile(&current, &obj) {
+                    if let Some(updated) = reg.strategy.reconcile_bootstrap(&current, &obj) {
                         match reg.update("", &name, updated, None, OWN_WRITE).await {
                             Ok(_) => tracing::info!(%plural, %name, "reconciled bootstrap object"),
                             Err(e) => {

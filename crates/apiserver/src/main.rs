@@ -85,6 +85,8 @@ struct Flags {
     /// The CA that signed kubelets' serving certificates.
     #[arg(long)]
     kubelet_certificate_authority: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    serve: rkube_daemon::ServeFlags,
     /// Open watches one user may hold; beyond it a new watch gets 429 (0 = no limit).
     #[arg(long, default_value_t = 10_000)]
     max_watches_per_user: usize,
@@ -159,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
     config.max_requests_inflight = f.max_requests_inflight;
     config.max_mutating_requests_inflight = f.max_mutating_requests_inflight;
     config.max_watches_per_user = f.max_watches_per_user;
+    config.limits = f.serve.limits();
     config.kubelet = rkube_apiserver::http::logs::KubeletConfig {
         client_cert: f.kubelet_client_certificate.clone(),
         client_key: f.kubelet_client_key.clone(),

@@ -11,7 +11,7 @@ use rkube_client::events::Recorder;
 use rkube_client::informer::{index, key_of};
 use rkube_client::Resource;
 
-use crate::replicaset::logic::{controller_ref, labels_of, selector};
+use crate::objects::{controller_ref, labels_of, selector};
 use rkube_client::{Api, Client, Informer, ListParams, Stats, Store};
 use rkube_daemon::metrics::Registry;
 use tokio_util::sync::CancellationToken;

@@ -7,6 +7,7 @@ pub mod expectations;
 pub mod gc;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod objects;
 pub mod replicaset;
 pub mod worker;
 

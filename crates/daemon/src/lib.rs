@@ -44,6 +44,40 @@ impl LeaderFlags {
 }
 pub use shutdown::{shutdown_token, ShutdownToken};
 
+/// The HTTP front's limits as flags (`serve::Limits`), shared by the servers.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeFlags {
+    /// Open connections the server accepts; more are closed at once.
+    #[arg(long, default_value_t = 16_384)]
+    pub max_connections: usize,
+    /// Open connections one client address may hold.
+    #[arg(long, default_value_t = 8_192)]
+    pub max_connections_per_client: usize,
+    /// A request's line and headers must arrive within this.
+    #[arg(long, default_value = "15s")]
+    pub http_header_read_timeout: GoDuration,
+    /// A connection with no request in flight and nothing moving is closed after this.
+    #[arg(long, default_value = "90s")]
+    pub http_idle_timeout: GoDuration,
+    /// A response that cannot be written for this long (its client stopped reading) closes
+    /// the connection.
+    #[arg(long, default_value = "60s")]
+    pub http_write_timeout: GoDuration,
+}
+
+impl ServeFlags {
+    pub fn limits(&self) -> serve::Limits {
+        serve::Limits {
+            max_connections: self.max_connections.max(1),
+            max_connections_per_ip: self.max_connections_per_client.max(1),
+            header_read_timeout: self.http_header_read_timeout.into(),
+            idle_timeout: self.http_idle_timeout.into(),
+            write_timeout: self.http_write_timeout.into(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Installs the global tracing subscriber. `RUST_LOG` selects levels (default `info`).
 pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;

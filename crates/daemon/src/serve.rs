@@ -243,9 +243,12 @@ async fn connection<I, P>(
         let mut router = router.clone();
         async move {
             let resp = tower_service::Service::call(&mut router, req).await?;
-            Ok::<_, std::convert::Infallible>(
-                resp.map(|body| axum::body::Body::new(Tracked { body, _guard: guard })),
-            )
+            Ok::<_, std::convert::Infallible>(resp.map(|body| {
+                axum::body::Body::new(Tracked {
+                    body,
+                    _guard: guard,
+                })
+            }))
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()
@@ -296,9 +299,7 @@ struct InFlight(Arc<Activity>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0
-            .last_progress
-            .store(self.0.now(), Ordering::Relaxed);
+        self.0.last_progress.store(self.0.now(), Ordering::Relaxed);
     }
 }
 
@@ -401,10 +402,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         r
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -66,13 +66,7 @@ pub fn server_config(files: &TlsFiles) -> anyhow::Result<Arc<rustls::ServerConfi
     };
     let mut config = builder
         .with_single_cert(read_certs(&files.cert)?, read_key(&files.key)?)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{} / {}: {e}",
-                files.cert.display(),
-                files.key.display()
-            )
-        })?;
+        .map_err(|e| anyhow::anyhow!("{} / {}: {e}", files.cert.display(), files.key.display()))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

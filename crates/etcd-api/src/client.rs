@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use crate::error::{grpc_code, EtcdError};
 use crate::error::api_error;
+pub use crate::error::{grpc_code, EtcdError};
 use crate::types::*;
 use crate::watch::{self, WatchReceiver, WatchSender};
 
@@ -50,7 +50,9 @@ impl ClientTls {
             }
         }
         if let Some(id) = &self.identity_pem {
-            b = b.identity(reqwest::Identity::from_pem(id).map_err(|e| bad("etcd client certificate", e))?);
+            b = b.identity(
+                reqwest::Identity::from_pem(id).map_err(|e| bad("etcd client certificate", e))?,
+            );
         }
         Ok(b)
     }
@@ -304,4 +306,3 @@ async fn decode_response<Resp: DeserializeOwned>(
         ))
     })
 }
-

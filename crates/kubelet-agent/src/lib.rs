@@ -123,12 +123,7 @@ pub async fn run(
         .merge(logs::router(sims.clone()))
         .layer(axum::middleware::from_fn(server::guard_logs));
     let tls = config.tls.as_ref().map(server::server_config).transpose()?;
-    let identify = server::identify(
-        config
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.client_ca.is_some()),
-    );
+    let identify = server::identify(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
     let s = shutdown.clone();
     let server = tokio::spawn(async move {
         rkube_daemon::serve::serve(listener, tls, app, identify, Default::default(), s).await

@@ -52,10 +52,7 @@ fn is_apiserver(cert: &CertificateDer<'_>) -> bool {
 pub fn identify(client_auth: bool) -> rkube_daemon::serve::Identify<Caller> {
     Arc::new(move |addr, certs| Caller {
         addr,
-        may_read_logs: !client_auth
-            || certs
-                .and_then(|c| c.first())
-                .is_some_and(is_apiserver),
+        may_read_logs: !client_auth || certs.and_then(|c| c.first()).is_some_and(is_apiserver),
     })
 }
 

@@ -19,6 +19,8 @@ pub mod record;
 pub mod reqstream;
 pub mod validate;
 pub mod watch;
+pub mod watch_stream;
+pub mod wire;
 pub mod writer;
 
 use std::path::PathBuf;
@@ -120,7 +122,7 @@ pub async fn run(
         writer,
         max_request_bytes: config.max_request_bytes,
         max_txn_ops: config.max_txn_ops,
-        watch: Arc::new(watch::stream::WatchConfig {
+        watch: Arc::new(watch_stream::WatchConfig {
             buffer: config.watch_buffer,
             max_watchers: config.max_watchers,
             max_watchers_per_stream: config.max_watchers_per_stream,

@@ -44,6 +44,8 @@ struct Flags {
     /// redb page cache in MiB.
     #[arg(long, default_value_t = 64)]
     cache_size_mb: usize,
+    #[command(flatten)]
+    serve: rkube_daemon::ServeFlags,
     /// Serve HTTPS with this certificate (then --listen-client-urls are https:// URLs).
     #[arg(long)]
     cert_file: Option<PathBuf>,
@@ -89,6 +91,7 @@ async fn main() -> anyhow::Result<()> {
     config.max_request_bytes = flags.max_request_bytes;
     config.max_txn_ops = flags.max_txn_ops;
     config.cache_bytes = flags.cache_size_mb * 1024 * 1024;
+    config.limits = flags.serve.limits();
     config.tls = match (&flags.cert_file, &flags.key_file) {
         (Some(cert), Some(key)) => Some(rkube_daemon::tls::TlsFiles {
             cert: cert.clone(),

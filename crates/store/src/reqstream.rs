@@ -38,7 +38,7 @@ impl RequestReader {
                 // Nothing new since the last attempt: wait for more data.
             } else if let Some(start) = start {
                 let slice = &self.buf[start..];
-                if let Some(msg) = crate::http::non_object(slice) {
+                if let Some(msg) = crate::wire::non_object(slice) {
                     self.buf.clear();
                     self.eof = true;
                     return Some(Err(StoreError::invalid(msg)));
@@ -62,7 +62,7 @@ impl RequestReader {
                         self.incomplete_at = Some(self.buf.len());
                     }
                     Some(Err(e)) => {
-                        let err = crate::http::json_error(&e, slice);
+                        let err = crate::wire::json_error(&e, slice);
                         self.buf.clear();
                         self.eof = true;
                         return Some(Err(err));

@@ -41,7 +41,10 @@ struct Progress {
 
 impl Progress {
     fn now_ms(&self) -> u64 {
-        self.epoch.get_or_init(StdInstant::now).elapsed().as_millis() as u64
+        self.epoch
+            .get_or_init(StdInstant::now)
+            .elapsed()
+            .as_millis() as u64
     }
 }
 

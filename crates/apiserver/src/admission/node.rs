@@ -72,8 +72,7 @@ pub fn admit(
                         "node \"{node}\" can only create pods with an owner reference set to itself"
                     ));
                 };
-                let s = |k: &str| owner.get(k).and_then(Value::as_str).unwrap_or("");
-                if s("apiVersion") != "v1" || s("kind") != "Node" || s("name") != node {
+                if !crate::kinds::node::is_owner_ref_to(owner, node) {
                     return deny(format!(
                         "node \"{node}\" can only create pods with an owner reference set to itself"
                     ));

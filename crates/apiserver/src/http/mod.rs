@@ -91,10 +91,20 @@ pub fn status_response(s: &Status) -> Response {
     json_bytes(code, Bytes::from(serde_json::to_vec(s).unwrap_or_default()))
 }
 
-/// Adds `Warning: 299 - "<text>"` headers, as upstream reports non-fatal problems.
+/// Adds `Warning: 299 - "<text>"` headers, as upstream reports non-fatal problems, within
+/// upstream's bounds: each warning cut to 256 characters, at most 4096 in all (the rest is
+/// dropped), so a body full of problems cannot make a response no client can read.
 pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    const ITEM: usize = 256;
+    const TOTAL: usize = 4096;
+    let mut total = 0;
     for w in warnings {
-        if let Ok(v) = format!("299 - {:?}", w).parse() {
+        let text: String = w.chars().take(ITEM).collect();
+        total += text.chars().count();
+        if total > TOTAL {
+            break;
+        }
+        if let Ok(v) = format!("299 - {:?}", text).parse() {
             resp.headers_mut().append("warning", v);
         }
     }

@@ -7,12 +7,25 @@ use serde_json::{json, Value};
 
 use super::print::{self, number, or_none, s, Column};
 use super::Strategy;
+use crate::reconcile;
+
+/// Flow control's bootstrap objects get upstream's default spec back.
+fn reconcile_spec(current: &Value, desired: &Value) -> Option<Value> {
+    if reconcile::opted_out(current, reconcile::APF_AUTOUPDATE) {
+        return None;
+    }
+    reconcile::default_spec(current, desired)
+}
 
 pub struct FlowSchema;
 pub struct PriorityLevelConfiguration;
 
 impl Strategy for FlowSchema {
     crate::typed_kind!(flowcontrol::FlowSchema);
+
+    fn reconcile_bootstrap(&self, current: &Value, desired: &Value) -> Option<Value> {
+        reconcile_spec(current, desired)
+    }
 
     fn columns(&self) -> Vec<Column> {
         vec![
@@ -37,6 +50,10 @@ impl Strategy for FlowSchema {
 
 impl Strategy for PriorityLevelConfiguration {
     crate::typed_kind!(flowcontrol::PriorityLevelConfiguration);
+
+    fn reconcile_bootstrap(&self, current: &Value, desired: &Value) -> Option<Value> {
+        reconcile_spec(current, desired)
+    }
 
     fn columns(&self) -> Vec<Column> {
         vec![

@@ -164,6 +164,12 @@ pub trait Strategy: Send + Sync {
     fn counts_against_quota(&self, _obj: &Value) -> bool {
         true
     }
+
+    /// Upstream's startup reconciliation of the apiserver's own bootstrap objects: the stored
+    /// object brought up to `desired`, or None when nothing changes (or the kind has none).
+    fn reconcile_bootstrap(&self, _current: &Value, _desired: &Value) -> Option<Value> {
+        None
+    }
 }
 
 /// The two methods every strategy spells the same way: its k8s-openapi type's round trip and
@@ -338,7 +344,7 @@ fn diff_fields(
                 if !path.is_empty() {
                     path.push('.');
                 }
-                path.push_str(key);
+                rkube_api::decode::push_key(path, key);
                 match k.get(key) {
                     None if !v.is_null() => {
                         if out.len() < limit {
@@ -430,6 +436,35 @@ mod tests {
             100
         )
         .is_empty());
+    }
+
+    #[test]
+    fn bootstrap_objects_are_reconciled_by_kind() {
+        let desired =
+            json!({"kind": "ClusterRole", "rules": [{"verbs": ["get"]}, {"verbs": ["list"]}]});
+        let current = json!({"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": [{"verbs": ["mine"]}]});
+        let got = rbac::ClusterRole
+            .reconcile_bootstrap(&current, &desired)
+            .unwrap();
+        assert_eq!(got["rules"].as_array().unwrap().len(), 3);
+        let mut off = current.clone();
+        off["metadata"]["annotations"] =
+            json!({"rbac.authorization.kubernetes.io/autoupdate": "false"});
+        assert_eq!(rbac::ClusterRole.reconcile_bootstrap(&off, &desired), None);
+        let binding = json!({"subjects": [{"kind": "Group", "name": "g"}]});
+        assert!(rbac::ClusterRoleBinding
+            .reconcile_bootstrap(&json!({"subjects": []}), &binding)
+            .is_some());
+        assert_eq!(rbac::Role.reconcile_bootstrap(&current, &desired), None);
+        let fs = json!({"spec": {"matchingPrecedence": 100}});
+        let stored = json!({"metadata": {"name": "f"}, "spec": {"matchingPrecedence": 7}});
+        assert_eq!(
+            flowcontrol::FlowSchema
+                .reconcile_bootstrap(&stored, &fs)
+                .unwrap()["spec"]["matchingPrecedence"],
+            100
+        );
+        assert_eq!(config::ConfigMap.reconcile_bootstrap(&stored, &fs), None);
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub fn address(node: &Value, kind: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// Whether an owner reference names the Node `name` (a mirror pod's owner).
+pub fn is_owner_ref_to(owner: &Value, name: &str) -> bool {
+    let s = |k: &str| owner.get(k).and_then(Value::as_str).unwrap_or("");
+    s("apiVersion") == "v1" && s("kind") == "Node" && s("name") == name
+}
+
 /// The kubelet's port as the node reports it.
 pub fn kubelet_port(node: &Value) -> Option<i64> {
     node.pointer("/status/daemonEndpoints/kubeletEndpoint/Port")

@@ -7,6 +7,7 @@ use rkube_api::k8s::api::rbac::v1 as rbac;
 use serde_json::Value;
 
 use super::{NameRule, Strategy};
+use crate::reconcile;
 
 pub struct Role;
 pub struct RoleBinding;
@@ -14,21 +15,36 @@ pub struct ClusterRole;
 pub struct ClusterRoleBinding;
 
 macro_rules! rbac_kind {
-    ($name:ident, $t:ty) => {
+    ($name:ident, $t:ty, $reconciled:expr) => {
         impl Strategy for $name {
             crate::typed_kind!($t);
 
             fn name_rule(&self) -> NameRule {
                 NameRule::PathSegment
             }
+
+            /// Bootstrap roles gain the rules, bindings the subjects, a newer rkube adds;
+            /// what an administrator added stays.
+            fn reconcile_bootstrap(&self, current: &Value, desired: &Value) -> Option<Value> {
+                let field: Option<&str> = $reconciled;
+                let field = field?;
+                if reconcile::opted_out(current, reconcile::RBAC_AUTOUPDATE) {
+                    return None;
+                }
+                reconcile::union(current, desired, field)
+            }
         }
     };
 }
 
-rbac_kind!(Role, rbac::Role);
-rbac_kind!(RoleBinding, rbac::RoleBinding);
-rbac_kind!(ClusterRole, rbac::ClusterRole);
-rbac_kind!(ClusterRoleBinding, rbac::ClusterRoleBinding);
+rbac_kind!(Role, rbac::Role, None);
+rbac_kind!(RoleBinding, rbac::RoleBinding, None);
+rbac_kind!(ClusterRole, rbac::ClusterRole, Some("rules"));
+rbac_kind!(
+    ClusterRoleBinding,
+    rbac::ClusterRoleBinding,
+    Some("subjects")
+);
 
 /// What a binding's `roleRef` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

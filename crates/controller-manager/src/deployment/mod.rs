@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{controller_key, selecting, Ctx};
-use crate::replicaset::logic::{controller_ref, labels_of, selector};
+use crate::objects::{controller_ref, labels_of, selector};
 use crate::worker::{spawn_workers, Reconciled};
 use logic::*;
 

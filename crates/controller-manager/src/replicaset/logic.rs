@@ -2,14 +2,14 @@
 //! which to delete (upstream's deletion ranking), slow-start batch sizes, and the status.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::chrono::{DateTime, Utc};
-use rkube_api::selector::LabelSelector as Selector;
+
+use crate::objects::labels_of;
 
 /// The most pods one sync creates or deletes (upstream's `burstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
@@ -56,44 +56,6 @@ pub fn until_available(p: &Pod, min_ready_seconds: i32, now: DateTime<Utc>) -> O
     let t = ready_since(p)??;
     let at = t + k8s_openapi::chrono::Duration::seconds(i64::from(min_ready_seconds));
     (min_ready_seconds > 0 && at > now).then(|| (at - now).num_seconds() + 1)
-}
-
-pub fn controller_ref(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-}
-
-/// Parses a `metav1.LabelSelector`; an empty or absent one selects nothing here (a controller
-/// must never adopt everything).
-pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
-    let s = s?;
-    let exprs: Vec<(String, String, Vec<String>)> = s
-        .match_expressions
-        .iter()
-        .flatten()
-        .map(|e| {
-            (
-                e.key.clone(),
-                e.operator.clone(),
-                e.values.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let labels: BTreeMap<String, String> = s.match_labels.clone().unwrap_or_default();
-    if labels.is_empty() && exprs.is_empty() {
-        return None;
-    }
-    Selector::from_parts(&labels, &exprs).ok()
-}
-
-pub fn labels_of(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> BTreeMap<String, String> {
-    meta.labels.clone().unwrap_or_default()
 }
 
 /// What to do about the replica count.

@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{controller_key, selecting, Ctx};
 use crate::expectations::Expectations;
+use crate::objects::{controller_ref, labels_of, selector};
 use crate::worker::{spawn_workers, Reconciled};
-use logic::{controller_ref, is_active, labels_of, selector, Diff};
+use logic::{is_active, Diff};
 
 pub struct ReplicaSetController {
     ctx: Arc<Ctx>,

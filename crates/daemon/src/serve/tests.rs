@@ -68,7 +68,9 @@ async fn a_slow_header_is_cut_off() {
 async fn an_idle_keep_alive_connection_is_closed() {
     let (addr, _s, _t) = start(quick()).await;
     let mut c = TcpStream::connect(addr).await.unwrap();
-    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = [0u8; 512];
     let n = c.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
@@ -104,7 +106,9 @@ async fn connections_per_client_are_capped() {
     let mut held = Vec::new();
     for _ in 0..4 {
         let mut c = TcpStream::connect(addr).await.unwrap();
-        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut buf = [0u8; 512];
         assert!(c.read(&mut buf).await.unwrap() > 0);
         held.push(c);
@@ -140,7 +144,9 @@ async fn connections_per_client_are_capped() {
 async fn shutdown_finishes() {
     let (addr, s, task) = start(quick()).await;
     let mut c = TcpStream::connect(addr).await.unwrap();
-    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = [0u8; 512];
     assert!(c.read(&mut buf).await.unwrap() > 0);
     s.cancel();

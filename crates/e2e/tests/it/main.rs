@@ -2,5 +2,6 @@
 
 mod compose;
 mod flows;
+mod hostile;
 mod kubectl;
 mod resilience;

@@ -1,6 +1,5 @@
-//! Watches: the hub that fans committed changes out to watchers (`hub`), the per-stream HTTP
-//! handler for `/v3/watch` (`stream`), and the event encoding shared by both (`event`).
+//! Watches: the hub that fans committed changes out to watchers (`hub`) and the event
+//! encoding (`event`). The `/v3/watch` endpoint that feeds them is `crate::watch_stream`.
 
 pub mod event;
 pub mod hub;
-pub mod stream;

@@ -58,7 +58,7 @@ pub async fn handle(
     tokio::spawn(run_stream(
         mvcc, cfg, shutdown, reader, first, msg_tx, msg_rx, out_tx,
     ));
-    crate::http::stream_response(out_rx)
+    crate::wire::stream_response(out_rx)
 }
 
 struct StreamCtx {

@@ -1,0 +1,45 @@
+//! Helpers over API objects that every controller shares: an object's controller reference,
+//! its labels, and a workload's label selector (an empty one selects nothing).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use rkube_api::LabelSelector as Selector;
+
+pub fn controller_ref(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Parses a `metav1.LabelSelector`; an empty or absent one selects nothing here (a controller
+/// must never adopt everything).
+pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
+    let s = s?;
+    let exprs: Vec<(String, String, Vec<String>)> = s
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|e| {
+            (
+                e.key.clone(),
+                e.operator.clone(),
+                e.values.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let labels: BTreeMap<String, String> = s.match_labels.clone().unwrap_or_default();
+    if labels.is_empty() && exprs.is_empty() {
+        return None;
+    }
+    Selector::from_parts(&labels, &exprs).ok()
+}
+
+pub fn labels_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> BTreeMap<String, String> {
+    meta.labels.clone().unwrap_or_default()
+}
