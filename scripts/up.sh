@@ -95,10 +95,11 @@ if [ "$SECURE" = 1 ]; then
     # rkube-store as a kubeadm etcd: HTTPS, client certificates required.
     STORE_SCHEME=https
     STORE_FLAGS=(--cert-file "$PKI/store.crt" --key-file "$PKI/store.key"
-      --trusted-ca-file "$PKI/ca.crt" --client-cert-auth)
+      --trusted-ca-file "$PKI/ca.crt" --client-cert-auth --client-cert-allowed-cn kube-apiserver-etcd-client)
     API_FLAGS+=(--etcd-cafile "$PKI/ca.crt" --etcd-certfile "$PKI/apiserver-etcd-client.crt"
       --etcd-keyfile "$PKI/apiserver-etcd-client.key")
-    STORE_CURL=(curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key")
+    STORE_CURL=(curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/apiserver-etcd-client.crt"
+      --key "$PKI/apiserver-etcd-client.key")
   fi
 else
   SERVER="http://127.0.0.1:$PORT"

@@ -10,6 +10,10 @@ use crate::status::StatusCause;
 
 /// Nesting of objects and arrays an object may have (upstream-like; serde_json reads 128).
 pub const MAX_DEPTH: usize = 100;
+/// Elements of one array.
+pub const MAX_LIST_LEN: usize = 100_000;
+/// Bytes of one object key.
+pub const MAX_KEY_BYTES: usize = 64 * 1024;
 
 /// The shape of a value: nesting depth (a scalar is 0, `{}` is 1), an estimate of its
 /// serialized size in bytes, and the number of values in it.
@@ -60,14 +64,78 @@ pub fn deeper_than(v: &Value, limit: usize) -> bool {
     measure(v, limit, usize::MAX, usize::MAX).is_none()
 }
 
-/// Checks an object against the bounds: a 422 cause when it is too deep.
+/// Checks an object against the bounds: a 422 cause when it is too deep, has a list longer
+/// than `MAX_LIST_LEN` or a key longer than `MAX_KEY_BYTES`.
 pub fn check(v: &Value) -> Result<(), StatusCause> {
+    let refuse = |why: String| Err(StatusCause::invalid_raw("", "<object>", &why));
     if deeper_than(v, MAX_DEPTH) {
-        return Err(StatusCause::invalid_raw(
-            "",
-            "<object>",
-            &format!("the object is nested more than {MAX_DEPTH} levels deep"),
+        return refuse(format!(
+            "the object is nested more than {MAX_DEPTH} levels deep"
         ));
+    }
+    // Depth is bounded now: a recursive walk is safe.
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(a) => {
+                if a.len() > MAX_LIST_LEN {
+                    return refuse(format!(
+                        "a list has {} items, more than {MAX_LIST_LEN}",
+                        a.len()
+                    ));
+                }
+                stack.extend(a.iter());
+            }
+            Value::Object(m) => {
+                for (k, child) in m {
+                    if k.len() > MAX_KEY_BYTES {
+                        return refuse(format!(
+                            "a key is {} bytes long, more than {MAX_KEY_BYTES}",
+                            k.len()
+                        ));
+                    }
+                    stack.push(child);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether `s` is an RFC 3339 time whose year is not 0000–9999 (`+10000-01-01T…`,
+/// `-0001-01-01T…`: what a typed round trip writes for a time out of that range).
+fn out_of_range_time(s: &str) -> bool {
+    let b = s.as_bytes();
+    let (signed, digits) = match b.first() {
+        Some(b'+' | b'-') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    let year = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+    if year < 4 || (!signed && year == 4) {
+        return false;
+    }
+    let rest = &digits[year..];
+    rest.len() >= 7 && rest[0] == b'-' && rest[3] == b'-' && rest[6] == b'T'
+}
+
+/// Checks that every time in an object (as its typed round trip wrote it) has a year from 0000
+/// to 9999, which every client can decode.
+pub fn check_times(v: &Value) -> Result<(), StatusCause> {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) if out_of_range_time(s) => {
+                return Err(StatusCause::invalid(
+                    "",
+                    s,
+                    "a time must have a year from 0000 to 9999",
+                ))
+            }
+            Value::Array(a) => stack.extend(a.iter()),
+            Value::Object(m) => stack.extend(m.values()),
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -94,5 +162,32 @@ mod tests {
         assert!(check(&nested(MAX_DEPTH + 1)).is_err());
         assert!(measure(&json!({"s": "x".repeat(1000)}), 10, 100, 100).is_none());
         assert!(measure(&json!([1, 2, 3, 4]), 10, 1000, 3).is_none());
+        assert!(check(&json!({"l": vec![0; MAX_LIST_LEN + 1]})).is_err());
+        assert!(check(&json!({"l": vec![0; MAX_LIST_LEN]})).is_ok());
+        let mut m = serde_json::Map::new();
+        m.insert("k".repeat(MAX_KEY_BYTES + 1), json!(1));
+        assert!(check(&Value::Object(m)).is_err());
+    }
+
+    #[test]
+    fn times_stay_within_four_digit_years() {
+        for bad in [
+            "+10000-01-01T00:00:00Z",
+            "-0001-01-01T00:00:00Z",
+            "+2026-01-01T00:00:00Z",
+            "123456-01-01T00:00:00Z",
+        ] {
+            assert!(check_times(&json!({"t": bad})).is_err(), "{bad}");
+        }
+        for fine in [
+            "2026-01-01T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59Z",
+            "+1 555 0100",
+            "-5",
+            "hello",
+        ] {
+            assert!(check_times(&json!({"t": fine})).is_ok(), "{fine}");
+        }
     }
 }

@@ -10,6 +10,7 @@ pub mod bounds;
 pub mod continue_token;
 pub mod decode;
 pub mod fields;
+pub mod fuzz;
 pub mod kubeconfig;
 pub mod managed;
 pub mod meta;

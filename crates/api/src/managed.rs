@@ -23,6 +23,8 @@ use crate::strategic::{ListStrategy, Lists};
 /// One step of a path: `f:spec`, `k:{"name":"nginx"}`, `v:"kubernetes"`, or `.`.
 pub type Path = Vec<String>;
 pub type FieldSet = BTreeSet<Path>;
+/// Field paths with their leaf values.
+pub type Values<'a> = std::collections::BTreeMap<Path, Option<&'a Value>>;
 
 /// Object fields that hold maps (owned as a whole and per key), not structs.
 const MAP_FIELDS: &[&str] = &[
@@ -88,7 +90,14 @@ impl Scope {
 
 /// The fields `obj` sets, within `scope`.
 pub fn fields_of(lists: Lists, obj: &Value, scope: Scope) -> FieldSet {
-    let mut out = FieldSet::new();
+    values_of(lists, obj, scope).into_keys().collect()
+}
+
+/// Every field path `obj` sets, within `scope`, with the value of each leaf (`None` for the
+/// `.` entries that stand for an item or map itself): one walk, so comparing two objects'
+/// fields costs time linear in their size, never a lookup per path.
+pub fn values_of(lists: Lists, obj: &Value, scope: Scope) -> Values<'_> {
+    let mut out = Values::new();
     if let Value::Object(map) = obj {
         for (k, v) in map {
             if !scope.manages(k) {
@@ -128,12 +137,12 @@ fn walk<'a>(
     v: &'a Value,
     names: &mut Vec<&'a str>,
     path: &mut Path,
-    out: &mut FieldSet,
+    out: &mut Values<'a>,
 ) {
     match v {
         Value::Object(map) if !map.is_empty() => {
             if names.last().is_some_and(|n| MAP_FIELDS.contains(n)) {
-                out.insert(with(path, "."));
+                out.insert(with(path, "."), None);
             }
             walk_fields(lists, map, names, path, out);
         }
@@ -141,11 +150,11 @@ fn walk<'a>(
             ListStrategy::MergeByKey(key) => {
                 for item in items {
                     let Some(seg) = item_key(item, key) else {
-                        out.insert(path.clone());
+                        out.insert(path.clone(), Some(v));
                         return;
                     };
                     path.push(seg);
-                    out.insert(with(path, "."));
+                    out.insert(with(path, "."), None);
                     if let Value::Object(fields) = item {
                         walk_fields(lists, fields, names, path, out);
                     }
@@ -154,15 +163,15 @@ fn walk<'a>(
             }
             ListStrategy::MergePrimitives => {
                 for item in items {
-                    out.insert(with(path, &format!("v:{item}")));
+                    out.insert(with(path, &format!("v:{item}")), Some(item));
                 }
             }
             ListStrategy::Replace => {
-                out.insert(path.clone());
+                out.insert(path.clone(), Some(v));
             }
         },
         _ => {
-            out.insert(path.clone());
+            out.insert(path.clone(), Some(v));
         }
     }
 }
@@ -172,7 +181,7 @@ fn walk_fields<'a>(
     fields: &'a Map<String, Value>,
     names: &mut Vec<&'a str>,
     path: &mut Path,
-    out: &mut FieldSet,
+    out: &mut Values<'a>,
 ) {
     for (k, child) in fields {
         names.push(k);
@@ -224,6 +233,75 @@ fn find_item(items: &[Value], seg: &str) -> Option<usize> {
     }
     let want: Value = serde_json::from_str(seg.strip_prefix("v:")?).ok()?;
     items.iter().position(|item| *item == want)
+}
+
+/// Removes every dropped path (longest first). Items of one list go in one pass over it (a
+/// removal at a time would rescan the list for each), everything else one path at a time.
+fn remove_all(obj: &mut Value, dropped: &[&Path]) {
+    let mut items_of: std::collections::BTreeMap<&[String], std::collections::HashSet<&str>> =
+        Default::default();
+    // Items dropped whole (their path up to the `k:`/`v:` step): fields inside them go with them.
+    let mut whole: std::collections::HashSet<&[String]> = Default::default();
+    let is_item_step = |s: &str| s.starts_with("k:") || s.starts_with("v:");
+    for p in dropped {
+        if p.len() >= 2 && p[p.len() - 1] == "." && is_item_step(&p[p.len() - 2]) {
+            items_of
+                .entry(&p[..p.len() - 2])
+                .or_default()
+                .insert(p[p.len() - 2].as_str());
+            whole.insert(&p[..p.len() - 1]);
+        }
+    }
+    for p in dropped {
+        let inside_dropped_item =
+            (0..p.len().saturating_sub(1)).any(|i| is_item_step(&p[i]) && whole.contains(&p[..=i]));
+        let is_item = p.len() >= 2 && p[p.len() - 1] == "." && is_item_step(&p[p.len() - 2]);
+        if !is_item && !inside_dropped_item {
+            remove_at(obj, p);
+        }
+    }
+    for (list_path, segs) in items_of {
+        let Some(Value::Array(items)) = value_at_mut(obj, list_path) else {
+            continue;
+        };
+        // Items are keyed by one field (the list's merge key): `field=value` of every item to
+        // drop, so each item is checked in constant time.
+        let keyed: std::collections::HashSet<String> = segs
+            .iter()
+            .filter_map(|s| {
+                let keys: Map<String, Value> = serde_json::from_str(s.strip_prefix("k:")?).ok()?;
+                let mut fields = keys.iter();
+                let (f, v) = fields.next()?;
+                fields.next().is_none().then(|| format!("{f}={v}"))
+            })
+            .collect();
+        let values: std::collections::HashSet<&str> =
+            segs.iter().filter_map(|s| s.strip_prefix("v:")).collect();
+        items.retain(|item| {
+            let keyed_out = item
+                .as_object()
+                .is_some_and(|m| m.iter().any(|(f, v)| keyed.contains(&format!("{f}={v}"))));
+            !(keyed_out || values.contains(item.to_string().as_str()))
+        });
+    }
+}
+
+/// The value at a path of `f:` and `k:`/`v:` steps, mutably.
+fn value_at_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    let mut cur = obj;
+    for seg in path {
+        if seg == "." {
+            continue;
+        }
+        cur = match seg.strip_prefix("f:") {
+            Some(name) => cur.get_mut(name)?,
+            None => {
+                let i = find_item(cur.as_array()?, seg)?;
+                cur.get_mut(i)?
+            }
+        };
+    }
+    Some(cur)
 }
 
 /// Removes the field at `path` (a path ending in `.` removes the item or map it names).
@@ -398,20 +476,26 @@ pub struct Writer<'a> {
 /// `new` arrives with the managedFields the client sent, or with `old`'s when it sent none.
 pub fn record_update(lists: Lists, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
     let mut list = entries(new);
-    let before = old
-        .map(|o| fields_of(lists, o, who.scope))
-        .unwrap_or_default();
-    let after = fields_of(lists, new, who.scope);
-    let changed: FieldSet = after
-        .iter()
-        .filter(|p| {
-            !before.contains(*p)
-                || (p.last().is_some_and(|s| s != ".")
-                    && old.and_then(|o| value_at(o, p)) != value_at(new, p))
-        })
-        .cloned()
-        .collect();
-    let removed: FieldSet = before.difference(&after).cloned().collect();
+    let (changed, removed) = {
+        let before = old
+            .map(|o| values_of(lists, o, who.scope))
+            .unwrap_or_default();
+        let after = values_of(lists, new, who.scope);
+        let changed: FieldSet = after
+            .iter()
+            .filter(|(p, v)| match before.get(*p) {
+                None => true,
+                Some(was) => p.last().is_some_and(|s| s != ".") && was != *v,
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        let removed: FieldSet = before
+            .keys()
+            .filter(|p| !after.contains_key(*p))
+            .cloned()
+            .collect();
+        (changed, removed)
+    };
     if changed.is_empty() && removed.is_empty() && !list.is_empty() {
         return;
     }
@@ -473,7 +557,9 @@ pub fn apply(
         });
     }
     let sub = who.scope.subresource();
-    let applied = fields_of(lists, config, who.scope);
+    let config_values = values_of(lists, config, who.scope);
+    let live_values = values_of(lists, live_obj, who.scope);
+    let applied: FieldSet = config_values.keys().cloned().collect();
     let mut conflicts = Vec::new();
     let mut taken: Vec<(usize, Path)> = Vec::new();
     for (i, e) in list.iter().enumerate() {
@@ -484,7 +570,9 @@ pub fn apply(
             if p.last().is_some_and(|s| s == ".") {
                 continue;
             }
-            if value_at(config, p) != value_at(live_obj, p) {
+            let config_value = config_values.get(p).copied().flatten();
+            let live_value = live_values.get(p).copied().flatten();
+            if config_value != live_value {
                 conflicts.push(Conflict {
                     manager: print_manager(e),
                     field: path_string(p),
@@ -518,9 +606,7 @@ pub fn apply(
         .filter(|p| !others.contains(*p))
         .collect();
     dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in dropped {
-        remove_at(&mut merged, p);
-    }
+    remove_all(&mut merged, &dropped);
     match list.iter_mut().find(|e| e.is(who.manager, "Apply", sub)) {
         Some(e) => {
             e.fields = applied;
@@ -581,19 +667,32 @@ fn merge<'a>(lists: Lists, target: &mut Value, config: &'a Value, names: &mut Ve
         }
         (Value::Array(t), Value::Array(c)) => match lists.strategy(names) {
             ListStrategy::MergeByKey(key) => {
+                // Items found through an index of their keys: linear, not a scan per item.
+                let mut index: std::collections::HashMap<String, usize> = t
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| Some((x.get(key)?.to_string(), i)))
+                    .collect();
                 for item in c {
                     let found = item
                         .get(key)
-                        .and_then(|k| t.iter().position(|x| x.get(key) == Some(k)));
+                        .and_then(|k| index.get(&k.to_string()).copied());
                     match found {
                         Some(i) => merge(lists, &mut t[i], item, names),
-                        None => t.push(item.clone()),
+                        None => {
+                            if let Some(k) = item.get(key) {
+                                index.insert(k.to_string(), t.len());
+                            }
+                            t.push(item.clone());
+                        }
                     }
                 }
             }
             ListStrategy::MergePrimitives => {
+                let mut seen: std::collections::HashSet<String> =
+                    t.iter().map(Value::to_string).collect();
                 for item in c {
-                    if !t.contains(item) {
+                    if seen.insert(item.to_string()) {
                         t.push(item.clone());
                     }
                 }

@@ -131,8 +131,8 @@ fn merge_map(
 ) -> Result<(), String> {
     // `$retainKeys`: keys of the target not listed are cleared.
     if let Some(keep) = patch.get("$retainKeys").and_then(|k| k.as_array()) {
-        let keep: Vec<&str> = keep.iter().filter_map(|k| k.as_str()).collect();
-        target.retain(|k, _| keep.contains(&k.as_str()));
+        let keep: HashSet<&str> = keep.iter().filter_map(|k| k.as_str()).collect();
+        target.retain(|k, _| keep.contains(k.as_str()));
     }
     for (k, v) in patch {
         if k.starts_with('$') {

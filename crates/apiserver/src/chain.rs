@@ -38,7 +38,8 @@ struct Admitted {
     _legacy: Option<tokio::sync::OwnedSemaphorePermit>,
     _apf: Option<crate::flowcontrol::Seat>,
     class: Option<crate::flowcontrol::Classification>,
-    /// A watch's slot among its user's watches, held for as long as the stream.
+    /// A long-running request's slot among its user's (watches, log streams), held for as
+    /// long as the stream.
     watch: Option<WatchGuard>,
 }
 
@@ -189,11 +190,14 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
             Ok(u) => u,
             Err(e) => return error_response(&e),
         };
+        if let Err(e) = authorize(&chain, &user, &attrs) {
+            return error_response(&e);
+        }
         let req = match read_whole_body(req).await {
             Ok(r) => r,
             Err(e) => return error_response(&e),
         };
-        return match admit(&chain, &user, &info, &attrs).await {
+        return match seat(&chain, &user, &info, &attrs).await {
             Ok(seat) => seat.attach(run(next, req, user, info).await),
             Err(e) => error_response(&e),
         };
@@ -238,6 +242,9 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
         Ok(u) => u,
         Err(e) => return refuse(&record, &e),
     };
+    if let Err(e) = authorize(&chain, &user, &attrs) {
+        return refuse(&record, &e);
+    }
     let req = match read_whole_body(req).await {
         Ok(r) => r,
         Err(e) => return refuse(&record, &e),
@@ -247,7 +254,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
             record.attach("requestObject", &bytes.0, auditor.omit_managed_fields());
         }
     }
-    let seat = match admit(&chain, &user, &info, &attrs).await {
+    let seat = match seat(&chain, &user, &info, &attrs).await {
         Ok(s) => s,
         Err(e) => return refuse(&record, &e),
     };
@@ -333,16 +340,27 @@ async fn run(next: Next, req: Request, user: UserInfo, info: Arc<RequestInfo>) -
     }
 }
 
-/// A seat (APF, else the legacy in-flight limits; none for long-running requests and health
-/// checks), a watch slot of the user's, then authorization.
-async fn admit(
+/// The `--authorization-mode` chain's verdict (403 with upstream's message). It needs nothing
+/// of the body, so a request nobody may make is refused before its body is read.
+fn authorize(chain: &Chain, user: &UserInfo, attrs: &authz::Attributes) -> Result<(), ApiError> {
+    chain.auth.authorize(user, attrs).map_err(|why| {
+        tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource, path = %attrs.path, "forbidden");
+        authz::forbidden(user, attrs, &why)
+    })
+}
+
+/// A seat (APF, else the legacy in-flight limits; none for health checks), or for a
+/// long-running request (a watch, a log stream) one of its user's long-running slots instead.
+async fn seat(
     chain: &Chain,
     user: &UserInfo,
     info: &RequestInfo,
     attrs: &authz::Attributes,
 ) -> Result<Admitted, ApiError> {
     let mut seat = Admitted::default();
-    if !info.long_running() && !info.is_health() {
+    if info.long_running() {
+        seat.watch = Some(chain.watches.admit(&user.name)?);
+    } else if !info.is_health() {
         match &chain.apf {
             Some(apf) => {
                 let (s, class) = apf.admit(user, attrs).await?;
@@ -351,13 +369,6 @@ async fn admit(
             }
             None => seat._legacy = chain.limits.admit(&attrs.verb)?,
         }
-    }
-    if let Err(why) = chain.auth.authorize(user, attrs) {
-        tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource, path = %attrs.path, "forbidden");
-        return Err(authz::forbidden(user, attrs, &why));
-    }
-    if info.verb == "watch" {
-        seat.watch = Some(chain.watches.admit(&user.name)?);
     }
     Ok(seat)
 }

@@ -332,7 +332,7 @@ fn open(k: &Key, storage_key: &[u8], body: &[u8]) -> Result<Vec<u8>, String> {
                 .map_err(|_| fail("authentication failed"))
         }
         Cipher::AesCbc => {
-            if body.len() < 32 || body.len() % 16 != 0 {
+            if body.len() < 32 || !body.len().is_multiple_of(16) {
                 return Err(fail("not whole blocks"));
             }
             let (iv, data) = body.split_at(16);

@@ -44,9 +44,9 @@ impl Limits {
     }
 }
 
-/// Open watches per user (`--max-watches-per-user`, 0 = no limit): a user past the limit gets
-/// 429 until one of its watches ends. Watches hold no seat, so without this one client could
-/// hold unbounded server memory open.
+/// Open long-running requests per user — watches and log streams (`--max-watches-per-user`,
+/// 0 = no limit): a user past the limit gets 429 until one of them ends. They hold no seat, so
+/// without this one client could hold unbounded server memory and outbound connections open.
 pub struct Watches {
     per_user: usize,
     open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
@@ -84,7 +84,7 @@ impl Watches {
         let n = open.entry(user.to_string()).or_insert(0);
         if self.per_user > 0 && *n >= self.per_user {
             return Err(ApiError::too_many_requests(
-                &format!(
+                format!(
                     "Too many requests: user {user:?} has {} open watches, the limit is {}",
                     n, self.per_user
                 ),

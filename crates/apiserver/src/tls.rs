@@ -47,17 +47,6 @@ pub fn identify() -> rkube_daemon::serve::Identify<Peer> {
 
 /// The user a client certificate names: CN the user, each O a group.
 pub fn user_of(cert: &CertificateDer<'_>) -> Option<UserInfo> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let subject = parsed.subject();
-    let cn = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(String::from))
-        .collect();
+    let (cn, groups) = rkube_daemon::tls::subject(cert)?;
     Some(UserInfo::authenticated(&cn, "", groups))
 }

@@ -42,12 +42,15 @@ struct Pending {
 
 /// Cheap to clone; events go through a bounded channel and are dropped (with a log line) when
 /// it is full, as upstream drops them rather than block a controller.
+/// Per (object, reason) spam-filter buckets.
+type SpamBuckets = HashMap<(Arc<str>, String), TokenBucket>;
+
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Pending>,
     component: Arc<str>,
     host: Option<Arc<str>>,
-    spam: Arc<Mutex<HashMap<(Arc<str>, String), TokenBucket>>>,
+    spam: Arc<Mutex<SpamBuckets>>,
     /// An overall events-per-second limit (a kubelet's `--event-qps`), shared by clones.
     rate: Option<Arc<TokenBucket>>,
 }
@@ -167,7 +170,7 @@ impl Recorder {
         if self.tx.try_send(p).is_err() {
             // Like upstream's broadcaster: drop rather than block the caller; say so sparingly.
             let n = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if n % 1000 == 0 {
+            if n.is_multiple_of(1000) {
                 tracing::warn!(
                     reason,
                     dropped = n + 1,

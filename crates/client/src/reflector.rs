@@ -170,6 +170,7 @@ impl Backoff {
         self.current
     }
 
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Duration {
         let base = self.next_base();
         base + base.mul_f64(rand::thread_rng().gen_range(0.0..1.0))

@@ -15,6 +15,7 @@ use crate::Error;
 
 /// One watch event.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum WatchEvent<K> {
     Added(K),
     Modified(K),

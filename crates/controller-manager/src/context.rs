@@ -27,13 +27,16 @@ pub struct Ctx {
     /// Node heartbeats: Leases in `kube-node-lease`.
     pub node_leases: Arc<Store<Lease>>,
     pub namespaces: Arc<Store<Namespace>>,
-    informers: std::sync::Mutex<Vec<Box<dyn FnOnce(CancellationToken) + Send>>>,
+    informers: std::sync::Mutex<Vec<Starter>>,
 }
+
+/// Starts an informer once the controllers are wired up.
+type Starter = Box<dyn FnOnce(CancellationToken) + Send>;
 
 fn informer<K: rkube_client::Resource>(
     api: Api<K>,
     metrics: &Registry,
-) -> (Arc<Store<K>>, Box<dyn FnOnce(CancellationToken) + Send>) {
+) -> (Arc<Store<K>>, Starter) {
     let inf = Informer::new(api, ListParams::default());
     export(metrics, K::URL_PATH_SEGMENT, inf.stats());
     let store = inf.store();

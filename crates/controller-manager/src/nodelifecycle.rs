@@ -112,7 +112,7 @@ pub fn desired_taints(n: &Node, now: DateTime<Utc>) -> Option<Vec<Taint>> {
                     key: k.into(),
                     effect: effect.into(),
                     value: None,
-                    time_added: (effect == "NoExecute").then(|| Time(now)),
+                    time_added: (effect == "NoExecute").then_some(Time(now)),
                 });
             }
         }

@@ -56,8 +56,9 @@ pub struct ServeFlags {
     /// A request's line and headers must arrive within this.
     #[arg(long, default_value = "15s")]
     pub http_header_read_timeout: GoDuration,
-    /// A connection with no request in flight and nothing moving is closed after this.
-    #[arg(long, default_value = "90s")]
+    /// A connection with no request in flight and nothing moving is closed after this (longer
+    /// than clients keep idle pooled connections, 90 s for client-go and reqwest).
+    #[arg(long, default_value = "120s")]
     pub http_idle_timeout: GoDuration,
     /// A response that cannot be written for this long (its client stopped reading) closes
     /// the connection.

@@ -5,7 +5,8 @@
 //! - connections: a global cap and a cap per client address (over either, the connection is
 //!   closed at once);
 //! - TLS handshakes: at most `max_handshakes` at a time, each within `handshake_timeout`;
-//! - request heads: within `header_read_timeout` (hyper's timer, slow-loris headers);
+//! - request heads: within `header_read_timeout` of the connection's start, or of the first
+//!   byte of the next request on a kept-alive connection (slow-loris headers);
 //! - idle keep-alive connections (no request in flight, nothing read or written): closed
 //!   after `idle_timeout`;
 //! - writes: a response that cannot be written for `write_timeout` (a client that stopped
@@ -25,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -54,7 +55,7 @@ impl Default for Limits {
             max_handshakes: 256,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(15),
-            idle_timeout: Duration::from_secs(90),
+            idle_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
         }
@@ -115,7 +116,22 @@ pub async fn serve<P>(
 where
     P: Clone + Send + Sync + 'static,
 {
-    let conns = Arc::new(Semaphore::new(limits.max_connections));
+    // Connections are file descriptors: take what the hard limit allows, and keep room below
+    // it for the server's own (outbound connections, the database, logs).
+    let fds = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(1024);
+    let max_connections = limits.max_connections.min(
+        usize::try_from(fds.saturating_sub(512))
+            .unwrap_or(usize::MAX)
+            .max(64),
+    );
+    if max_connections < limits.max_connections {
+        tracing::info!(
+            max_connections,
+            open_files = fds,
+            "connections capped below the open-files limit"
+        );
+    }
+    let conns = Arc::new(Semaphore::new(max_connections));
     let handshakes = Arc::new(Semaphore::new(limits.max_handshakes));
     let per_ip = Arc::new(PerIp::default());
     let live = Arc::new(AtomicUsize::new(0));
@@ -157,6 +173,9 @@ where
                 }
                 Some(acceptor) => {
                     let handshake = async {
+                        // A handshake slot only for a client that has said something: silent
+                        // connections cannot hold the slots.
+                        tcp.readable().await.ok()?;
                         let _slot = handshakes.acquire().await.ok()?;
                         acceptor.accept(tcp).await.ok()
                     };
@@ -198,6 +217,10 @@ where
 /// What a connection has been doing, for its watchdog.
 struct Activity {
     epoch: Instant,
+    /// Milliseconds since `epoch` (+1) since which a request head has been awaited: from the
+    /// connection's start, and from the first byte read while no request is in flight; 0 while
+    /// a request is in flight or the connection idles between requests.
+    head_since: AtomicU64,
     /// Milliseconds since `epoch` of the last byte read or written.
     last_progress: AtomicU64,
     /// Milliseconds since `epoch` (+1) since which a write has been waiting; 0 = none.
@@ -225,6 +248,7 @@ async fn connection<I, P>(
 {
     let activity = Arc::new(Activity {
         epoch: Instant::now(),
+        head_since: AtomicU64::new(1),
         last_progress: AtomicU64::new(1),
         write_blocked_since: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
@@ -239,6 +263,7 @@ async fn connection<I, P>(
         req.extensions_mut().insert(ConnectInfo(peer.clone()));
         let activity = service_activity.clone();
         activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        activity.head_since.store(0, Ordering::SeqCst);
         let guard = InFlight(activity);
         let mut router = router.clone();
         async move {
@@ -251,15 +276,20 @@ async fn connection<I, P>(
             }))
         }
     });
+    // Head, idle and write timeouts are the watchdog's: hyper's own header timer also runs
+    // while a kept-alive connection idles between requests, which would close every pooled
+    // connection after the (short) header timeout.
     let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true)
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
-    let tick = (limits.idle_timeout.min(limits.write_timeout) / 4)
-        .clamp(Duration::from_millis(100), Duration::from_secs(2));
+    let tick = (limits
+        .idle_timeout
+        .min(limits.write_timeout)
+        .min(limits.header_read_timeout)
+        / 4)
+    .clamp(Duration::from_millis(50), Duration::from_secs(2));
     let mut watchdog = tokio::time::interval(tick);
     watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut shutting_down = false;
@@ -282,10 +312,14 @@ async fn connection<I, P>(
                     tracing::debug!("closing a connection whose client stopped reading");
                     return;
                 }
+                let idle = activity.in_flight.load(Ordering::SeqCst) == 0;
+                let head = activity.head_since.load(Ordering::SeqCst);
+                if idle && head != 0 && now.saturating_sub(head) > limits.header_read_timeout.as_millis() as u64 {
+                    tracing::debug!("closing a connection whose request head is late");
+                    return;
+                }
                 let quiet = now.saturating_sub(activity.last_progress.load(Ordering::Relaxed));
-                if activity.in_flight.load(Ordering::SeqCst) == 0
-                    && quiet > limits.idle_timeout.as_millis() as u64
-                {
+                if idle && quiet > limits.idle_timeout.as_millis() as u64 {
                     return;
                 }
             }
@@ -344,15 +378,24 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            let now = self.activity.now();
-            self.activity.last_progress.store(now, Ordering::Relaxed);
+            let a = &self.activity;
+            let now = a.now();
+            a.last_progress.store(now, Ordering::Relaxed);
+            // The first byte of a request head while none is in flight starts its clock.
+            if a.in_flight.load(Ordering::SeqCst) == 0 {
+                let _ = a
+                    .head_since
+                    .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+            }
         }
         r
     }
 }
 
 impl<I: AsyncWrite + Unpin> Watched<I> {
-    fn note_write<T>(&self, r: &Poll<std::io::Result<T>>) {
+    /// A write that waits starts the blocked clock; one that completes stops it; only bytes
+    /// written count as progress (hyper flushes whenever its task is polled).
+    fn note_write<T>(&self, r: &Poll<std::io::Result<T>>, wrote: bool) {
         let a = &self.activity;
         match r {
             Poll::Pending => {
@@ -365,7 +408,9 @@ impl<I: AsyncWrite + Unpin> Watched<I> {
             }
             Poll::Ready(_) => {
                 a.write_blocked_since.store(0, Ordering::Relaxed);
-                a.last_progress.store(a.now(), Ordering::Relaxed);
+                if wrote {
+                    a.last_progress.store(a.now(), Ordering::Relaxed);
+                }
             }
         }
     }
@@ -378,7 +423,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.note_write(&r);
+        let wrote = matches!(r, Poll::Ready(Ok(n)) if n > 0);
+        self.note_write(&r, wrote);
         r
     }
 
@@ -388,7 +434,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.note_write(&r);
+        let wrote = matches!(r, Poll::Ready(Ok(n)) if n > 0);
+        self.note_write(&r, wrote);
         r
     }
 
@@ -398,12 +445,69 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let r = Pin::new(&mut self.inner).poll_flush(cx);
-        self.note_write(&r);
+        self.note_write(&r, false);
         r
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyError {
+    /// More than the limit.
+    TooLarge,
+    /// Not all there within the deadline, or stalled too long.
+    Timeout,
+    /// The connection failed.
+    Broken(String),
+}
+
+/// How long a request body may take: in all, and between two chunks.
+pub const BODY_DEADLINE: Duration = Duration::from_secs(60);
+pub const BODY_STALL: Duration = Duration::from_secs(10);
+
+/// Reads a whole request body: at most `max` bytes, arriving within `BODY_DEADLINE` and never
+/// stalling for `BODY_STALL` — a slow upload costs its connection, nothing more.
+pub async fn read_body(body: axum::body::Body, max: usize) -> Result<bytes::Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let deadline = tokio::time::Instant::now() + BODY_DEADLINE;
+    let mut body = body;
+    let mut out = bytes::BytesMut::new();
+    loop {
+        let until = deadline.min(tokio::time::Instant::now() + BODY_STALL);
+        let next = tokio::time::timeout_at(until, body.frame())
+            .await
+            .map_err(|_| BodyError::Timeout)?;
+        let Some(frame) = next else { break };
+        let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > max {
+                drain(body, max.saturating_mul(3), deadline).await;
+                return Err(BodyError::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out.freeze())
+}
+
+/// Reads and discards what remains of a refused body (up to `budget` bytes, within the
+/// deadline), so that the client, still sending, gets to read the refusal instead of a
+/// connection reset.
+async fn drain(mut body: axum::body::Body, budget: usize, deadline: tokio::time::Instant) {
+    use http_body_util::BodyExt;
+    let mut seen = 0usize;
+    while seen < budget {
+        let until = deadline.min(tokio::time::Instant::now() + BODY_STALL);
+        match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                seen += frame.data_ref().map_or(0, |d| d.len());
+            }
+            _ => return,
+        }
     }
 }
 

@@ -35,6 +35,23 @@ pub fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
         .ok_or_else(|| anyhow::anyhow!("{}: no PEM private key", path.display()))
 }
 
+/// The subject of a (verified) certificate: its common name and organizations.
+pub fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let subject = parsed.subject();
+    let cn = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    let orgs = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(String::from))
+        .collect();
+    Some((cn, orgs))
+}
+
 /// The server configuration (HTTP/1.1 only).
 pub fn server_config(files: &TlsFiles) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

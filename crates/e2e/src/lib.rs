@@ -49,13 +49,18 @@ pub use rkube_client::wait::wait_for;
 /// An HTTP client trusting `pki`'s CA with the admin's client certificate.
 /// An HTTPS client trusting `pki`'s CA; with `admin`, presenting the admin's certificate.
 pub fn https_client(pki: &Path, admin: bool) -> reqwest::Client {
+    https_client_as(pki, admin.then_some("admin"))
+}
+
+/// An HTTPS client trusting the cluster's CA, presenting `<identity>.crt` (if any).
+pub fn https_client_as(pki: &Path, identity: Option<&str>) -> reqwest::Client {
     let read = |f: &str| std::fs::read(pki.join(f)).unwrap();
     let mut b = reqwest::Client::builder()
         .use_rustls_tls()
         .add_root_certificate(reqwest::Certificate::from_pem(&read("ca.crt")).unwrap());
-    if admin {
-        let mut id = read("admin.crt");
-        id.extend(read("admin.key"));
+    if let Some(who) = identity {
+        let mut id = read(&format!("{who}.crt"));
+        id.extend(read(&format!("{who}.key")));
         b = b.identity(reqwest::Identity::from_pem(&id).unwrap());
     }
     b.build().unwrap()
@@ -127,6 +132,8 @@ pub struct Cluster {
     pub pki: Option<PathBuf>,
     procs: BTreeMap<String, Proc>,
     http: reqwest::Client,
+    /// What the store lets in: the apiserver's etcd client certificate when secure.
+    store_http: reqwest::Client,
 }
 
 impl Drop for Cluster {
@@ -196,6 +203,10 @@ impl Cluster {
             Some(p) => https_client(p, true),
             None => reqwest::Client::new(),
         };
+        let store_http = match &pki {
+            Some(p) => https_client_as(p, Some("apiserver-etcd-client")),
+            None => reqwest::Client::new(),
+        };
         let mut c = Cluster {
             server: server.clone(),
             store_url: store_url.clone(),
@@ -203,6 +214,7 @@ impl Cluster {
             pki: pki.clone(),
             procs: BTreeMap::new(),
             http,
+            store_http,
             dir,
         };
         let data = c.dir.path().join("store");
@@ -253,6 +265,8 @@ impl Cluster {
                     "--trusted-ca-file".into(),
                     f("ca.crt"),
                     "--client-cert-auth".into(),
+                    "--client-cert-allowed-cn".into(),
+                    "kube-apiserver-etcd-client".into(),
                 ]);
             }
             c.add("store", "rkube-store", args, format!("{store_url}/health"));
@@ -396,7 +410,11 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("start {}: {e}", p.bin.display()));
         p.child = Some(child);
         let health = p.health.clone();
-        let http = self.http.clone();
+        let http = if name == "store" {
+            self.store_http.clone()
+        } else {
+            self.http.clone()
+        };
         let logs = self.dir.path().join(format!("{name}.log"));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -468,8 +486,12 @@ impl Cluster {
 
     /// Sum of a metric's series (optionally those whose labels contain `filter`).
     pub async fn metric(&self, name: &str, metric: &str, filter: &str) -> f64 {
-        let text = self
-            .http
+        let http = if name == "store" {
+            &self.store_http
+        } else {
+            &self.http
+        };
+        let text = http
             .get(self.metrics_url(name))
             .send()
             .await
@@ -497,6 +519,11 @@ impl Cluster {
     /// A plain HTTP client that trusts the cluster's CA and presents the admin's certificate.
     pub fn http(&self) -> reqwest::Client {
         self.http.clone()
+    }
+
+    /// A client the store lets in (the apiserver's etcd client certificate when secure).
+    pub fn store_http(&self) -> reqwest::Client {
+        self.store_http.clone()
     }
 
     /// Runs kubectl against the cluster.

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod codec;
 pub mod error;
+pub mod fuzz;
 pub mod types;
 pub mod watch;
 

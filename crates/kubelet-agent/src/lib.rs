@@ -155,16 +155,15 @@ pub async fn run(
         "Pod status updates written.",
         &[],
     );
-    let running = {
+    {
         let sims = sims.clone();
         metrics.gauge_fn(
             "kubelet_running_pods",
             "Pods with a simulated runtime on this process's nodes.",
             &[],
             move || sims.lock().unwrap().len() as f64,
-        )
-    };
-    let _ = running;
+        );
+    }
 
     let specs: Vec<NodeSpec> = config
         .node_names()

@@ -32,19 +32,9 @@ pub struct Caller {
 
 /// Whether a verified certificate names the apiserver (or a cluster admin).
 fn is_apiserver(cert: &CertificateDer<'_>) -> bool {
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
-        return false;
-    };
-    let subject = parsed.subject();
-    let cn_ok = subject
-        .iter_common_name()
-        .filter_map(|c| c.as_str().ok())
-        .any(|cn| cn == "kube-apiserver-kubelet-client");
-    let masters = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .any(|o| o == "system:masters");
-    cn_ok || masters
+    rkube_daemon::tls::subject(cert).is_some_and(|(cn, orgs)| {
+        cn == "kube-apiserver-kubelet-client" || orgs.iter().any(|o| o == "system:masters")
+    })
 }
 
 /// How each connection is identified: with client authentication on, only a verified

@@ -515,14 +515,7 @@ impl PodSim {
             .collect();
         for (t, (ok, at)) in &self.conditions {
             let reason = match (*t, ok) {
-                ("ContainersReady" | "Ready", false) => Some(
-                    if *t == "Ready" {
-                        "ContainersNotReady"
-                    } else {
-                        "ContainersNotReady"
-                    }
-                    .to_string(),
-                ),
+                ("ContainersReady" | "Ready", false) => Some("ContainersNotReady".to_string()),
                 _ => None,
             };
             let message = reason.as_ref().map(|_| {

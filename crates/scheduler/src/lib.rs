@@ -401,13 +401,11 @@ impl Scheduler {
     }
 }
 
+/// A node's allocatable resources.
+type Allocatable = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+
 /// What of a node's status matters to scheduling: allocatable and condition statuses.
-fn scheduling_view(
-    n: &Node,
-) -> (
-    Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-    Vec<(String, String)>,
-) {
+fn scheduling_view(n: &Node) -> (Option<Allocatable>, Vec<(String, String)>) {
     let st = n.status.as_ref();
     (
         st.and_then(|s| s.allocatable.clone()),

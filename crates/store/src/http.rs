@@ -115,6 +115,47 @@ fn health(app: &App) -> Response {
         .into_response()
 }
 
+/// Who connected: the common name of a verified client certificate.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub addr: std::net::SocketAddr,
+    pub cn: Option<String>,
+}
+
+/// Identifies each connection by its client certificate's common name.
+pub fn identify() -> rkube_daemon::serve::Identify<Client> {
+    Arc::new(|addr, certs| Client {
+        addr,
+        cn: certs
+            .and_then(|c| c.first())
+            .and_then(rkube_daemon::tls::subject)
+            .map(|(cn, _)| cn),
+    })
+}
+
+/// Refuses requests whose client certificate does not have the allowed common name (etcd's
+/// `--client-cert-allowed-cn`), with gRPC's Unauthenticated.
+pub async fn require_cn(allowed: String, req: Request, next: axum::middleware::Next) -> Response {
+    let cn = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<Client>>()
+        .and_then(|c| c.0.cn.clone());
+    if cn.as_deref() != Some(allowed.as_str()) {
+        let msg = format!(
+            "etcdserver: client certificate common name {:?} is not allowed",
+            cn.unwrap_or_default()
+        );
+        let body = serde_json::json!({"error": msg, "message": msg, "code": 16});
+        return (
+            StatusCode::UNAUTHORIZED,
+            [("content-type", "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
 /// Routes requests the way etcd's HTTP mux does, including its 404 and 405 bodies.
 async fn dispatch(State(app): State<App>, req: Request) -> Response {
     let path = req.uri().path().to_string();
@@ -195,9 +236,16 @@ fn json_response<T: Serialize>(v: &T) -> Response {
 async fn read_body(body: Body, max_request_bytes: usize) -> Result<Bytes, StoreError> {
     // JSON with base64 is ~4/3 of the protobuf size; anything far past that cannot fit.
     let hard = (max_request_bytes + GRPC_OVERHEAD) * 3 / 2 + 64 * 1024;
-    axum::body::to_bytes(body, hard)
+    use rkube_daemon::serve::BodyError;
+    rkube_daemon::serve::read_body(body, hard)
         .await
-        .map_err(|_| StoreError::MessageTooLarge(hard, max_request_bytes + GRPC_OVERHEAD))
+        .map_err(|e| match e {
+            BodyError::TooLarge => {
+                StoreError::MessageTooLarge(hard, max_request_bytes + GRPC_OVERHEAD)
+            }
+            // A body that does not arrive in time (or breaks off) is etcd's "unexpected EOF".
+            BodyError::Timeout | BodyError::Broken(_) => StoreError::invalid("unexpected EOF"),
+        })
 }
 
 /// gRPC's receive limit on a request's protobuf size (`--max-request-bytes` + 512 KiB).

@@ -59,6 +59,10 @@ pub struct Config {
     pub tls: Option<rkube_daemon::tls::TlsFiles>,
     /// What clients may hold (connections, timeouts).
     pub limits: rkube_daemon::serve::Limits,
+    /// Only client certificates with this common name may use the store (etcd's
+    /// `--client-cert-allowed-cn`): every component's certificate comes from the same CA, and
+    /// only the apiserver may touch storage.
+    pub client_cert_allowed_cn: Option<String>,
 }
 
 impl Config {
@@ -76,6 +80,7 @@ impl Config {
             max_watchers_per_stream: 10_000,
             tls: None,
             limits: Default::default(),
+            client_cert_allowed_cn: None,
         }
     }
 }
@@ -135,11 +140,17 @@ pub async fn run(
         .as_ref()
         .map(rkube_daemon::tls::server_config)
         .transpose()?;
+    let router = match config.client_cert_allowed_cn.clone() {
+        None => http::router(app),
+        Some(cn) => http::router(app).layer(axum::middleware::from_fn(move |req, next| {
+            http::require_cn(cn.clone(), req, next)
+        })),
+    };
     rkube_daemon::serve::serve(
         listener,
         tls,
-        http::router(app),
-        rkube_daemon::serve::by_address(),
+        router,
+        http::identify(),
         config.limits.clone(),
         shutdown,
     )

@@ -55,6 +55,9 @@ struct Flags {
     /// Verify client certificates against this CA.
     #[arg(long)]
     trusted_ca_file: Option<PathBuf>,
+    /// Only client certificates with this common name may use the store.
+    #[arg(long)]
+    client_cert_allowed_cn: Option<String>,
     /// Require a client certificate signed by --trusted-ca-file (etcd's flag).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     client_cert_auth: bool,
@@ -106,6 +109,11 @@ async fn main() -> anyhow::Result<()> {
         !flags.client_cert_auth || flags.trusted_ca_file.is_some(),
         "--client-cert-auth needs --trusted-ca-file"
     );
+    anyhow::ensure!(
+        flags.client_cert_allowed_cn.is_none() || flags.client_cert_auth,
+        "--client-cert-allowed-cn needs --client-cert-auth"
+    );
+    config.client_cert_allowed_cn = flags.client_cert_allowed_cn;
     let addr = listen_addr(&flags.listen_client_urls, config.tls.is_some())?;
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

@@ -29,13 +29,12 @@ pub struct Writer {
     progress: Arc<Progress>,
 }
 
-/// What the writer has done, for `/health`.
+/// What the writer is doing, for `/health`.
 #[derive(Default)]
 struct Progress {
-    submitted: std::sync::atomic::AtomicU64,
-    completed: std::sync::atomic::AtomicU64,
-    /// When the writer last finished a batch (milliseconds since `epoch`).
-    last_batch_ms: std::sync::atomic::AtomicU64,
+    /// When the batch being applied started (milliseconds since `epoch`, +1); 0 between
+    /// batches.
+    batch_since_ms: std::sync::atomic::AtomicU64,
     epoch: std::sync::OnceLock<StdInstant>,
 }
 
@@ -45,10 +44,12 @@ impl Progress {
             .get_or_init(StdInstant::now)
             .elapsed()
             .as_millis() as u64
+            + 1
     }
 }
 
-/// How long the writer may sit on queued requests before `/health` calls it stuck.
+/// How long one batch may take before `/health` calls the writer stuck (a disk that stopped
+/// answering fsyncs).
 const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Writer {
@@ -71,26 +72,28 @@ impl Writer {
             .send(WriteRequest { op, reply })
             .await
             .map_err(|_| StoreError::Stopped)?;
-        self.progress
-            .submitted
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         rx.await.map_err(|_| StoreError::Stopped)?
     }
 
     /// Whether the writer thread is alive and keeping up: an error says why not (it has
-    /// stopped, or requests have waited on it for longer than `STUCK_AFTER`).
+    /// stopped, or one batch has taken longer than `STUCK_AFTER`). Between batches it waits
+    /// on its queue, so a request can never wait on a writer that is neither.
     pub fn health(&self) -> Result<(), String> {
         use std::sync::atomic::Ordering::SeqCst;
         if self.tx.is_closed() {
             return Err("the writer has stopped".into());
         }
         let p = &self.progress;
-        let waiting = p.submitted.load(SeqCst) > p.completed.load(SeqCst);
-        let idle_ms = p.now_ms().saturating_sub(p.last_batch_ms.load(SeqCst));
-        if waiting && idle_ms > STUCK_AFTER.as_millis() as u64 {
+        let since = p.batch_since_ms.load(SeqCst);
+        let busy_ms = if since == 0 {
+            0
+        } else {
+            p.now_ms().saturating_sub(since)
+        };
+        if busy_ms > STUCK_AFTER.as_millis() as u64 {
             return Err(format!(
-                "the writer has not finished a batch for {} s",
-                idle_ms / 1000
+                "the writer has been on one batch for {} s",
+                busy_ms / 1000
             ));
         }
         Ok(())
@@ -107,10 +110,9 @@ fn run(mvcc: Arc<Mvcc>, mut rx: mpsc::Receiver<WriteRequest>, progress: Arc<Prog
                 Err(_) => break,
             }
         }
-        let n = batch.len() as u64;
+        progress.batch_since_ms.store(progress.now_ms(), SeqCst);
         commit_batch(&mvcc, batch);
-        progress.completed.fetch_add(n, SeqCst);
-        progress.last_batch_ms.store(progress.now_ms(), SeqCst);
+        progress.batch_since_ms.store(0, SeqCst);
     }
     tracing::debug!("writer thread stopped");
 }

@@ -235,3 +235,50 @@ fn status_writes_are_tracked_apart_from_the_main_resource() {
         .iter()
         .all(|p| p[0] != "f:status"));
 }
+
+#[test]
+fn long_keyed_lists_are_recorded_applied_and_dropped_in_linear_time() {
+    // 20k env entries: per-path lookups made each of these quadratic (minutes); nextest's
+    // slow-test limit catches a regression.
+    let n = 20_000;
+    let env = |from: usize, to: usize| -> Vec<Value> {
+        (from..to)
+            .map(|i| json!({"name": format!("E{i}"), "value": "v"}))
+            .collect()
+    };
+    let obj = |env: Vec<Value>| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "env": env}]}}}})
+    };
+    let mut created = obj(env(0, n));
+    record_update(Lists::GENERIC, None, &mut created, who("kubectl"));
+    let mut edited = obj(env(0, n));
+    edited["metadata"]["managedFields"] = created["metadata"]["managedFields"].clone();
+    edited["spec"]["template"]["spec"]["containers"][0]["env"][n - 1]["value"] = json!("w");
+    record_update(Lists::GENERIC, Some(&created), &mut edited, who("editor"));
+    let editor = edited["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "editor")
+        .unwrap()
+        .clone();
+    assert!(editor["fieldsV1"]
+        .to_string()
+        .contains(&format!("E{}", n - 1)));
+    // Apply all, then apply half: the other half is dropped.
+    let applied = apply(Lists::GENERIC, None, &obj(env(0, n)), who("a"), false).unwrap();
+    let halved = apply(
+        Lists::GENERIC,
+        Some(&applied),
+        &obj(env(0, n / 2)),
+        who("a"),
+        false,
+    )
+    .unwrap();
+    let left = halved["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(left, n / 2);
+}

@@ -48,10 +48,7 @@ pub fn admit(
     match (a.def.group, a.def.plural, a.subresource) {
         ("", "pods", None) => match a.operation {
             Operation::Create => {
-                if meta::annotations(obj)
-                    .get("kubernetes.io/config.mirror")
-                    .is_none()
-                {
+                if !meta::annotations(obj).contains_key("kubernetes.io/config.mirror") {
                     return deny(format!("pod does not have \"kubernetes.io/config.mirror\" annotation, node \"{node}\" can only create mirror pods"));
                 }
                 if node_of(obj) != node {

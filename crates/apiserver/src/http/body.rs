@@ -3,11 +3,8 @@
 //! server-side apply, patches — into a value within `rkube_api::bounds`, with duplicate and
 //! undeclared fields found for `fieldValidation`.
 
-use std::time::Duration;
-
 use axum::body::Body;
-use bytes::{Bytes, BytesMut};
-use http_body_util::BodyExt;
+use bytes::Bytes;
 use rkube_api::decode::{self, MAX_REPORTED};
 use rkube_api::{ApiError, Query};
 use serde_json::Value;
@@ -16,38 +13,21 @@ use crate::registry::Registry;
 
 /// Request bodies above this are refused (upstream's 3 MiB limit).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
-/// The longest a body may take to arrive, whatever its size.
-const BODY_DEADLINE: Duration = Duration::from_secs(60);
-/// The longest a body may stall between two chunks.
-const BODY_IDLE: Duration = Duration::from_secs(10);
-
-/// Reads a whole body: at most `MAX_BODY` bytes, arriving within `BODY_DEADLINE` and never
-/// stalling for `BODY_IDLE` (a slow upload is a 408, not a held connection).
+/// Reads a whole body under the front's body limits: at most `MAX_BODY` bytes, in time (a
+/// slow upload is a 408, not a held connection).
 pub async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    let too_large =
-        || ApiError::request_entity_too_large("Request entity too large: limit is 3145728");
-    let timed_out = || ApiError::request_timeout("the request body did not arrive in time");
-    let deadline = tokio::time::Instant::now() + BODY_DEADLINE;
-    let mut body = body;
-    let mut out = BytesMut::new();
-    loop {
-        let next = tokio::time::timeout_at(
-            deadline.min(tokio::time::Instant::now() + BODY_IDLE),
-            body.frame(),
-        )
+    use rkube_daemon::serve::BodyError;
+    rkube_daemon::serve::read_body(body, MAX_BODY)
         .await
-        .map_err(|_| timed_out())?;
-        let Some(frame) = next else { break };
-        let frame =
-            frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            if out.len() + data.len() > MAX_BODY {
-                return Err(too_large());
+        .map_err(|e| match e {
+            BodyError::TooLarge => {
+                ApiError::request_entity_too_large("Request entity too large: limit is 3145728")
             }
-            out.extend_from_slice(&data);
-        }
-    }
-    Ok(out.freeze())
+            BodyError::Timeout => {
+                ApiError::request_timeout("the request body did not arrive in time")
+            }
+            BodyError::Broken(e) => ApiError::bad_request(format!("reading the request body: {e}")),
+        })
 }
 
 /// `application/json; charset=utf-8` → `application/json`.

@@ -3,9 +3,10 @@
 //!
 //! The apiserver connects where a node's status says, so that is what an attacker who can
 //! write a node's status would aim: addresses are validated when stored (`kinds::node`) and
-//! again here (an IP address, a port), the URL is built by a URL builder from validated parts,
-//! one shared client follows no redirects and has connect and header timeouts, non-followed
-//! bodies are capped, and a kubelet's error body is never passed on as it is. With
+//! again here (an IP address, never link-local, unspecified or multicast; a port), the URL is
+//! built by a URL builder from validated parts, one shared client follows no redirects and has
+//! connect and header timeouts, non-followed bodies are capped, a kubelet's error body is never
+//! passed on, and log streams count among their user's long-running requests. With
 //! `--kubelet-client-certificate` the apiserver speaks HTTPS to kubelets and presents that
 //! certificate (the kubelet-agent then requires it).
 
@@ -163,11 +164,21 @@ fn log_options(q: &Query) -> Result<Vec<(&'static str, String)>, ApiError> {
     Ok(out)
 }
 
-/// A short, printable excerpt of a kubelet's error body (its first line).
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let line = text.lines().next().unwrap_or("").trim();
-    line.chars().filter(|c| !c.is_control()).take(200).collect()
+/// Whether the apiserver connects to a node address at all: never to link-local (cloud
+/// metadata services live there), unspecified, multicast or broadcast addresses. (Loopback
+/// stays: single-machine clusters run their kubelets there.)
+fn reachable(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_unspecified()
+                || v6.is_multicast()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local()))
+        }
+    }
 }
 
 pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
@@ -193,6 +204,7 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
         |what: &str| ApiError::bad_request(format!("node {node_name} has no usable {what}"));
     let ip: IpAddr = node::address(&node_obj, "InternalIP")
         .and_then(|a| a.parse().ok())
+        .filter(reachable)
         .ok_or_else(|| unusable("InternalIP address"))?;
     let port = match node::kubelet_port(&node_obj) {
         None => 10250,
@@ -239,30 +251,21 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
     };
     let code = resp.status().as_u16();
     if !(200..300).contains(&code) {
-        let head = tokio::time::timeout(Duration::from_secs(5), async {
-            let mut stream = resp.bytes_stream();
-            let mut buf = Vec::new();
-            while let Some(Ok(chunk)) = stream.next().await {
-                buf.extend_from_slice(&chunk);
-                if buf.len() > 4096 {
-                    break;
-                }
-            }
-            buf
-        })
-        .await
-        .unwrap_or_default();
-        let why = excerpt(&head);
-        let message = if why.is_empty() {
-            format!("the kubelet on node {node_name} answered {code}")
+        // The kubelet's own words are not passed on: what answered may not be a kubelet.
+        return Err(if code == 400 && s.query.flag("previous") {
+            ApiError::bad_request(format!(
+                "previous terminated container \"{container}\" in pod \"{name}\" not found"
+            ))
+        } else if code == 404 {
+            ApiError::not_found(&rkube_api::GroupResource::new("", "pods/log"), name).with_message(
+                format!(
+                    "the kubelet on node {node_name} has no container {container} of pod {name}"
+                ),
+            )
         } else {
-            why
-        };
-        return Err(if code == 404 {
-            ApiError::not_found(&rkube_api::GroupResource::new("", "pods/log"), name)
-                .with_message(message)
-        } else {
-            ApiError::bad_request(message)
+            ApiError::bad_request(format!(
+                "the kubelet on node {node_name} refused the request (HTTP {code})"
+            ))
         });
     }
     let cap = if follow { usize::MAX } else { MAX_LOG_BYTES };
@@ -329,6 +332,11 @@ mod tests {
                 .code(),
             400
         );
-        assert_eq!(excerpt(b"line one\x1b[31m\nline two"), "line one[31m");
+        for bad in ["169.254.169.254", "0.0.0.0", "224.0.0.1", "fe80::1", "::"] {
+            assert!(!reachable(&bad.parse().unwrap()), "{bad}");
+        }
+        for good in ["127.0.0.1", "10.0.0.5", "::1", "2001:db8::1"] {
+            assert!(reachable(&good.parse().unwrap()), "{good}");
+        }
     }
 }

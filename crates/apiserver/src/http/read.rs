@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use rkube_api::{meta, ApiError, ListOptions};
 use serde_json::Value;
 
@@ -87,5 +87,5 @@ pub fn list_response(reg: &Registry, res: ListResult) -> Response {
         out.extend_from_slice(item);
     }
     out.extend_from_slice(b"]}");
-    json_bytes(StatusCode::OK, Bytes::from(out.freeze()))
+    json_bytes(StatusCode::OK, out.freeze())
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::body::{read_body, read_object, read_patch};
 use super::{json_value, Scope};
 use crate::kinds::pod;
-use crate::registry::{Decision, PatchType};
+use crate::registry::{Admit, Attributes, Decision, Operation, PatchType};
 
 fn status(code: u16) -> Response {
     json_value(
@@ -27,6 +27,7 @@ pub async fn bind(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     let (_, binding) = read_object(&s.content_type, read_body(body).await?)?;
     let name = s.name();
     pod::validate_binding(name, &binding)?;
+    admit_subresource(s, "binding", &binding, dry).await?;
     s.reg
         .guaranteed_update(s.ns, name, dry, |cur| {
             pod::bind(cur, name, &binding).map(Decision::Write)
@@ -46,6 +47,7 @@ pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
         .unwrap_or_default();
     let mut opts = DeleteOptions::parse(&opts_body, &Default::default())?;
     opts.dry_run |= dry;
+    admit_subresource(s, "eviction", &eviction, opts.dry_run).await?;
     let admission = s.admission();
     s.reg
         .delete(
@@ -56,6 +58,26 @@ pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
         )
         .await?;
     Ok(status(201))
+}
+
+/// Validating admission of a subresource create (`binding`, `eviction`) with its body: what
+/// NodeRestriction and the other plugins see of it, as upstream.
+async fn admit_subresource(
+    s: &Scope<'_>,
+    sub: &str,
+    body: &Value,
+    dry_run: bool,
+) -> Result<(), ApiError> {
+    let attrs = Attributes {
+        operation: Operation::Create,
+        def: s.reg.def,
+        subresource: Some(sub),
+        namespace: s.ns,
+        name: s.name(),
+        dry_run,
+        verb: s.info.verb,
+    };
+    s.admission().validate(&attrs, body, None).await
 }
 
 /// The `autoscaling/v1` Scale of a workload.

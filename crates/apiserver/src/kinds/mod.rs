@@ -346,11 +346,7 @@ fn diff_fields(
                 }
                 rkube_api::decode::push_key(path, key);
                 match k.get(key) {
-                    None if !v.is_null() => {
-                        if out.len() < limit {
-                            out.push(path.clone());
-                        }
-                    }
+                    None if !v.is_null() && out.len() < limit => out.push(path.clone()),
                     Some(kv) => diff_fields(v, kv, path, out, limit),
                     None => {}
                 }

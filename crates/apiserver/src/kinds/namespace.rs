@@ -18,11 +18,10 @@ impl Strategy for Namespace {
         NameRule::Label
     }
 
-    fn defaults(&self, obj: &mut Value) {
-        set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
-    }
-
+    /// `spec.finalizers` gets `kubernetes` on create only (upstream's PrepareForCreate): an
+    /// update or `finalize` that empties it must not get it back.
     fn prepare_for_create(&self, obj: &mut Value) {
+        set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
         obj["status"] = json!({"phase": "Active"});
     }
 

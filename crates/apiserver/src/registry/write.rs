@@ -137,7 +137,9 @@ impl Registry {
         if !causes.is_empty() {
             return Err(self.invalid(&obj, causes));
         }
-        rkube_api::bounds::check(&obj).map_err(|e| self.invalid(&obj, vec![e]))?;
+        rkube_api::bounds::check(&obj)
+            .and_then(|()| rkube_api::bounds::check_times(&obj))
+            .map_err(|e| self.invalid(&obj, vec![e]))?;
         Ok(obj)
     }
 

@@ -614,11 +614,24 @@ async fn namespace_lifecycle(c: &Cluster) {
         (403, Some("Forbidden")),
         "{e}"
     );
+    // `spec: {}` (client-go's empty list, omitted) finalizes too: nothing adds the default
+    // finalizer back on an update.
     let mut fin = got.clone();
-    fin["spec"]["finalizers"] = json!([]);
+    fin["spec"] = json!({});
     let (code, _) = c.put("/api/v1/namespaces/team-a/finalize", &fin).await;
     assert_eq!(code, 200);
     assert_eq!(c.get("/api/v1/namespaces/team-a").await.0, 404);
+    // The namespaces a cluster cannot do without are never deleted.
+    let (code, e) = c.delete("/api/v1/namespaces/kube-system", None).await;
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (403, Some("Forbidden")),
+        "{e}"
+    );
+    assert!(e["message"]
+        .as_str()
+        .unwrap()
+        .contains("this namespace may not be deleted"));
     // The four namespaces every cluster starts with.
     let (_, list) = c.get("/api/v1/namespaces").await;
     let names: Vec<&str> = list["items"]

@@ -491,7 +491,7 @@ async fn a_malformed_audit_policy_stops_startup() {
 
 /// The raw bytes storage holds at `key`.
 async fn stored(c: &Cluster, key: &str) -> Vec<u8> {
-    let client = rkube_etcd_api::EtcdClient::new(&[c.storage_url.clone()]).unwrap();
+    let client = rkube_etcd_api::EtcdClient::new(std::slice::from_ref(&c.storage_url)).unwrap();
     let resp = client
         .range(&rkube_etcd_api::RangeRequest {
             key: key.as_bytes().to_vec(),

@@ -466,7 +466,7 @@ async fn bookmark_scenario(f: &Flags) -> anyhow::Result<(f64, f64, usize, f64, f
                 .await?;
         }
         i += 1;
-        if i % 500 == 0 {
+        if i.is_multiple_of(500) {
             println!("    {:.0}s  {i} pods churned", t0.elapsed().as_secs_f64());
         }
         tokio::time::sleep(Duration::from_millis(10)).await; // pacing: ~100 pods/s

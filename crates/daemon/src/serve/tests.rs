@@ -155,3 +155,29 @@ async fn shutdown_finishes() {
         .expect("serve returned")
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_kept_alive_connection_outlives_the_header_timeout_until_it_idles() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(5),
+        ..quick()
+    };
+    let (addr, _s, _t) = start(limits).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 512];
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(c.read(&mut buf).await.unwrap() > 0);
+    // Longer than the header timeout, shorter than the idle timeout: still usable.
+    tokio::time::sleep(Duration::from_secs(1)).await; // the client is deliberately idle
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
+}

@@ -54,7 +54,7 @@ async fn assert_healthy(c: &Cluster) {
     let http = c.http();
     let ready = send(http.get(format!("{}/readyz", c.server))).await;
     assert_eq!(ready.code, 200, "apiserver /readyz");
-    let store = send(http.get(format!("{}/health", c.store_url))).await;
+    let store = send(c.store_http().get(format!("{}/health", c.store_url))).await;
     assert_eq!(store.code, 200, "store /health");
     assert_eq!(store.body["health"], "true");
     for path in [
@@ -101,8 +101,16 @@ async fn hostile_bodies_patches_parameters_and_paths_are_refused_cleanly() {
             .body(body)
     };
 
-    // Duplicate-key bombs: a ~1 MB key with 200k duplicate children (object and array).
-    let big = "k".repeat(1 << 20);
+    // Duplicate-key bombs: a huge key with 200k duplicate children (object and array). A 1 MB
+    // key is refused outright; one just under the key limit is decoded and reported on.
+    let mut huge_key = format!("{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"dup\"}},\"{}\":{{", "k".repeat(1 << 20));
+    for i in 0..200_000 {
+        huge_key.push_str(if i == 0 { "\"d\":1" } else { ",\"d\":1" });
+    }
+    huge_key.push_str("}}");
+    let m = refused(&send(post(huge_key, "")).await, 400);
+    assert!(m.contains("a key is 1048576 bytes long"), "{m}");
+    let big = "k".repeat(60 * 1024);
     let mut dup = format!("{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"dup\"}},\"{big}\":{{");
     for i in 0..200_000 {
         dup.push_str(if i == 0 { "\"d\":1" } else { ",\"d\":1" });
@@ -432,6 +440,24 @@ async fn the_request_chain_cannot_be_confused_or_escalated() {
         .as_array()
         .is_some_and(|t| t.len() == 2));
 
+    // Only the apiserver gets into storage: another certificate from the same CA does not.
+    let as_node = rkube_e2e::https_client_as(&pki, Some("node-node-1"));
+    let a = send(
+        as_node
+            .post(format!("{}/v3/kv/range", c.store_url))
+            .json(&json!({"key": "AA==", "range_end": "AA=="})),
+    )
+    .await;
+    assert_eq!(a.code, 401, "{}", a.body);
+    assert_eq!(a.body["code"], 16);
+    let a = send(
+        c.store_http()
+            .post(format!("{}/v3/kv/range", c.store_url))
+            .json(&json!({"key": "AA==", "count_only": true})),
+    )
+    .await;
+    assert_eq!(a.code, 200, "{}", a.body);
+
     // RBAC escalation: rules held may be granted, others not; bindings likewise.
     let roles = format!("{server}/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles");
     let role = |name: &str, verbs: Value| {
@@ -485,6 +511,21 @@ async fn the_request_chain_cannot_be_confused_or_escalated() {
         err.contains("is not allowed to modify labels: node-role.kubernetes.io/control-plane"),
         "{err}"
     );
+    // A node binds no pods (binding is the scheduler's), and evicts only its own.
+    let http_node = rkube_e2e::https_client_as(&pki, Some("node-node-1"));
+    let unbound = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unbound"},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "nginx"}]}});
+    let pods = format!("{server}/api/v1/namespaces/default/pods");
+    assert_eq!(send(http.post(&pods).json(&unbound)).await.code, 201);
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "unbound"},
+        "target": {"kind": "Node", "name": "node-1"}});
+    let a = send(
+        http_node
+            .post(format!("{pods}/unbound/binding"))
+            .json(&binding),
+    )
+    .await;
+    refused(&a, 403);
     let out = as_node(&["label", "node", "node-1", "example.com/rack=r1"]);
     assert!(
         out.status.success(),

@@ -1,0 +1,6 @@
+#![no_main]
+//! cargo-fuzz target `protobuf`: see the entry point it calls.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    rkube_api::fuzz::protobuf(data);
+});
