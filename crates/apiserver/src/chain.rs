@@ -57,37 +57,11 @@ impl Admitted {
     }
 }
 
-/// A response body that keeps the request's seat taken until the body is written (or
-/// dropped): a seat stands for the whole work of a request, including sending a large LIST,
-/// as upstream. The seat itself waits in a task (`Admitted::attach`) for the body's end, for at
-/// most `SEAT_LIMIT`, so a client that stops reading cannot hold it for longer.
-struct Seated {
-    body: Body,
-    _done: tokio::sync::oneshot::Sender<()>,
-}
-
-/// How long a response's body may keep its seat: upstream's request timeout.
+/// How long a response's body may keep its seat: upstream's request timeout. A seat stands for
+/// the whole work of a request, including sending a large LIST, as upstream: the body carries
+/// a signal whose drop (the body's end) gives the seat back, and a task gives it back after
+/// this at the latest, so a client that stops reading cannot hold it for longer.
 const SEAT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-impl http_body::Body for Seated {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
 
 impl Admitted {
     /// Labels the response and ties the seat (or the watch slot) to its body.
@@ -106,11 +80,12 @@ impl Admitted {
             let _seat = self;
             let _ = tokio::time::timeout(SEAT_LIMIT, body_ended).await;
         });
-        resp.map(|body| Body::new(Seated { body, _done: done }))
+        resp.map(|body| Body::new(Guarded { body, _guard: done }))
     }
 }
 
-/// A response body that keeps a guard until it is dropped.
+/// A response body that keeps a guard (a seat's release signal, a long-running slot) until
+/// it is dropped.
 struct Guarded<G> {
     body: Body,
     _guard: G,

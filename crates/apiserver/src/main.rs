@@ -52,15 +52,10 @@ struct Flags {
     watch_cache_history_window: GoDuration,
     #[arg(long, default_value = "60s")]
     watch_bookmark_interval: GoDuration,
-    /// Serve HTTPS with this PEM certificate (chain) ...
-    #[arg(long, requires = "tls_private_key_file")]
-    tls_cert_file: Option<std::path::PathBuf>,
-    /// ... and its PEM private key.
-    #[arg(long, requires = "tls_cert_file")]
-    tls_private_key_file: Option<std::path::PathBuf>,
-    /// Authenticate client certificates signed by this CA (CN = user, O = groups).
-    #[arg(long, requires = "tls_cert_file")]
-    client_ca_file: Option<std::path::PathBuf>,
+    /// HTTPS; client certificates signed by --client-ca-file authenticate (CN = user,
+    /// O = groups).
+    #[command(flatten)]
+    tls: rkube_daemon::TlsFlags,
     /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<std::path::PathBuf>,
@@ -174,14 +169,7 @@ async fn main() -> anyhow::Result<()> {
         max_backup: f.audit_log_maxbackup,
     };
     config.encryption_config = f.encryption_provider_config.clone();
-    config.tls = match (&f.tls_cert_file, &f.tls_private_key_file) {
-        (Some(cert), Some(key)) => Some(rkube_apiserver::tls::TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: f.client_ca_file.clone(),
-        }),
-        _ => None,
-    };
+    config.tls = f.tls.files();
     config.priority_and_fairness = f.enable_priority_and_fairness;
     config.enable_admission_plugins = f.enable_admission_plugins.clone();
     config.disable_admission_plugins = f.disable_admission_plugins.clone();
@@ -204,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             local.ip()
         };
-        let scheme = if f.tls_cert_file.is_some() {
+        let scheme = if f.tls.tls_cert_file.is_some() {
             "https"
         } else {
             "http"

@@ -5,18 +5,12 @@
 //! itself (handshakes, connection limits, timeouts) is `rkube_daemon::serve`'s.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rkube_api::authz::UserInfo;
 use rustls::pki_types::CertificateDer;
 
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
+pub use rkube_daemon::tls::TlsFiles;
 
 /// Who is on the other end of a connection.
 #[derive(Clone, Debug)]
@@ -29,11 +23,9 @@ pub struct Peer {
 /// The server configuration: client certificates verified against `client_ca` when given,
 /// but not required (requests without one go on to tokens or anonymous).
 pub fn server_config(files: &TlsFiles) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    rkube_daemon::tls::server_config(&rkube_daemon::tls::TlsFiles {
-        cert: files.cert.clone(),
-        key: files.key.clone(),
-        client_ca: files.client_ca.clone(),
+    rkube_daemon::tls::server_config(&TlsFiles {
         require_client_cert: false,
+        ..files.clone()
     })
 }
 

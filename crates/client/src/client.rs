@@ -248,16 +248,7 @@ impl ListParams {
 
 /// Percent-encodes a query value.
 pub fn encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    rkube_api::options::percent_encode(v)
 }
 
 /// How a patch body is to be read.

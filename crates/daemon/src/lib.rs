@@ -44,6 +44,33 @@ impl LeaderFlags {
 }
 pub use shutdown::{shutdown_token, ShutdownToken};
 
+/// Upstream's serving flags: a certificate and key for HTTPS, and a CA for client
+/// certificates (the apiserver and the kubelet-agent, as kube-apiserver and kubelet name them).
+#[derive(clap::Args, Clone, Debug)]
+pub struct TlsFlags {
+    /// Serve HTTPS with this PEM certificate (chain) ...
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// ... and its PEM private key.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<std::path::PathBuf>,
+    /// Verify client certificates against this CA.
+    #[arg(long, requires = "tls_cert_file")]
+    pub client_ca_file: Option<std::path::PathBuf>,
+}
+
+impl TlsFlags {
+    /// The files, when HTTPS is asked for (client certificates verified, not required).
+    pub fn files(&self) -> Option<tls::TlsFiles> {
+        Some(tls::TlsFiles {
+            cert: self.tls_cert_file.clone()?,
+            key: self.tls_private_key_file.clone()?,
+            client_ca: self.client_ca_file.clone(),
+            require_client_cert: false,
+        })
+    }
+}
+
 /// The HTTP front's limits as flags (`serve::Limits`), shared by the servers.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeFlags {

@@ -64,15 +64,10 @@ struct Flags {
     /// has its own --kube-api-qps budget and connections, as separate kubelets would.
     #[arg(long)]
     node_kubeconfig_dir: Option<std::path::PathBuf>,
-    /// Serve HTTPS with this certificate ...
-    #[arg(long, requires = "tls_private_key_file")]
-    tls_cert_file: Option<std::path::PathBuf>,
-    /// ... and key.
-    #[arg(long, requires = "tls_cert_file")]
-    tls_private_key_file: Option<std::path::PathBuf>,
-    /// Logs only for a client certificate from this CA naming the apiserver.
-    #[arg(long, requires = "tls_cert_file")]
-    client_ca_file: Option<std::path::PathBuf>,
+    /// HTTPS; with --client-ca-file, logs only for a client certificate from that CA naming
+    /// the apiserver.
+    #[command(flatten)]
+    tls: rkube_daemon::TlsFlags,
 }
 
 /// `--node-ip` as an address: a host name (a compose service) is resolved once, since a Node's
@@ -119,14 +114,7 @@ async fn main() -> anyhow::Result<()> {
     config.event_qps = f.event_qps;
     config.event_burst = f.event_burst;
     config.node_kubeconfig_dir = f.node_kubeconfig_dir;
-    config.tls = match (f.tls_cert_file, f.tls_private_key_file) {
-        (Some(cert), Some(key)) => Some(rkube_kubelet_agent::server::Tls {
-            cert,
-            key,
-            client_ca: f.client_ca_file,
-        }),
-        _ => None,
-    };
+    config.tls = f.tls.files();
     let addr = format!("{}:{}", f.bind_address, f.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

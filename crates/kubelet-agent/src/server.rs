@@ -5,7 +5,6 @@
 //! can reach a node's port cannot read its pods' logs. Behind `rkube_daemon::serve`'s limits.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request};
@@ -15,12 +14,7 @@ use axum::response::{IntoResponse, Response};
 use rustls::pki_types::CertificateDer;
 
 /// `--tls-cert-file`, `--tls-private-key-file`, `--client-ca-file`.
-#[derive(Clone, Debug)]
-pub struct Tls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
+pub use rkube_daemon::tls::TlsFiles as Tls;
 
 /// Who connected, as far as the logs care.
 #[derive(Clone, Debug)]
@@ -62,10 +56,8 @@ pub async fn guard_logs(req: Request, next: Next) -> Response {
 /// The rustls configuration: client certificates verified when offered, never required (so
 /// `/healthz` stays open).
 pub fn server_config(tls: &Tls) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    rkube_daemon::tls::server_config(&rkube_daemon::tls::TlsFiles {
-        cert: tls.cert.clone(),
-        key: tls.key.clone(),
-        client_ca: tls.client_ca.clone(),
+    rkube_daemon::tls::server_config(&Tls {
         require_client_cert: false,
+        ..tls.clone()
     })
 }

@@ -12,6 +12,28 @@ use super::{clear_status, podspec, set_default, Strategy};
 pub struct Deployment;
 pub struct ReplicaSet;
 
+/// What every workload with a pod template shares: status reset on create, a selector that
+/// matches the template and never changes, generation tracking.
+macro_rules! workload {
+    () => {
+        fn prepare_for_create(&self, obj: &mut Value) {
+            clear_status(obj);
+        }
+
+        fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
+            validate_selector_template(obj, causes);
+        }
+
+        fn validate_update(&self, new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
+            selector_immutable(new, old, causes);
+        }
+
+        fn tracks_generation(&self) -> bool {
+            true
+        }
+    };
+}
+
 impl Strategy for Deployment {
     crate::typed_kind!(apps::Deployment);
 
@@ -36,21 +58,7 @@ impl Strategy for Deployment {
         podspec::template_defaults(obj);
     }
 
-    fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
-    }
-
-    fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
-        validate_selector_template(obj, causes);
-    }
-
-    fn validate_update(&self, new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
-        selector_immutable(new, old, causes);
-    }
-
-    fn tracks_generation(&self) -> bool {
-        true
-    }
+    workload!();
 
     fn spec_changed(&self, new: &Value, old: &Value) -> bool {
         new.get("spec") != old.get("spec")
@@ -96,21 +104,7 @@ impl Strategy for ReplicaSet {
         podspec::template_defaults(obj);
     }
 
-    fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
-    }
-
-    fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
-        validate_selector_template(obj, causes);
-    }
-
-    fn validate_update(&self, new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
-        selector_immutable(new, old, causes);
-    }
-
-    fn tracks_generation(&self) -> bool {
-        true
-    }
+    workload!();
 
     fn selectable_fields(&self) -> &'static [&'static str] {
         &["status.replicas"]

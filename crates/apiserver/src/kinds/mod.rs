@@ -392,6 +392,22 @@ fn ensure_object<'a>(
     cur.as_object_mut()
 }
 
+/// A resource quantity at `field`, in thousandths; a cause (and `None`) when it is not a
+/// quantity, does not fit in 64 bits, or is negative.
+pub fn quantity(field: &str, q: &Value, causes: &mut Vec<StatusCause>) -> Option<i64> {
+    let text = q
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| q.to_string());
+    let why = match q.as_str().and_then(rkube_api::quantity::parse_milli) {
+        Some(n) if n >= 0 => return Some(n),
+        Some(_) => "must be greater than or equal to 0",
+        None => "must be a valid quantity that fits in 64 bits",
+    };
+    causes.push(StatusCause::invalid(field, &text, why));
+    None
+}
+
 /// Resets status on create (kinds whose status only controllers write).
 pub fn clear_status(obj: &mut Value) {
     if obj.get("status").is_some() {

@@ -1,7 +1,6 @@
 //! The pod spec, wherever it appears (pods, and workload templates): upstream's defaults
 //! (`SetDefaults_PodSpec` and its containers), its validation, and its QoS class.
 
-use rkube_api::quantity::parse_milli;
 use rkube_api::StatusCause;
 use serde_json::{json, Value};
 
@@ -185,24 +184,8 @@ fn validate_resources(c: &Value, path: &str, causes: &mut Vec<StatusCause>) {
         };
         for (res, q) in m {
             let p = format!("{path}.resources.{field}[{res}]");
-            let text = q
-                .as_str()
-                .map(String::from)
-                .unwrap_or_else(|| q.to_string());
-            match q.as_str().and_then(parse_milli) {
-                None => causes.push(StatusCause::invalid(
-                    &p,
-                    &text,
-                    "must be a valid quantity that fits in 64 bits",
-                )),
-                Some(n) if n < 0 => causes.push(StatusCause::invalid(
-                    &p,
-                    &text,
-                    "must be greater than or equal to 0",
-                )),
-                Some(n) => {
-                    parsed[i].insert(res.clone(), n);
-                }
+            if let Some(n) = super::quantity(&p, q, causes) {
+                parsed[i].insert(res.clone(), n);
             }
         }
     }

@@ -3,7 +3,6 @@
 //! describes would silently be no quota at all.
 
 use rkube_api::k8s::api::core::v1 as core;
-use rkube_api::quantity::parse_milli;
 use rkube_api::StatusCause;
 use serde_json::Value;
 
@@ -43,28 +42,8 @@ impl Strategy for ResourceQuota {
 
 /// Every value of a resource map is a quantity that fits, and not negative.
 fn quantities(map: Option<&Value>, path: &str, causes: &mut Vec<StatusCause>) {
-    let Some(map) = map.and_then(Value::as_object) else {
-        return;
-    };
-    for (res, q) in map {
-        let field = format!("{path}[{res}]");
-        let text = q
-            .as_str()
-            .map(String::from)
-            .unwrap_or_else(|| q.to_string());
-        match q.as_str().and_then(parse_milli) {
-            None => causes.push(StatusCause::invalid(
-                &field,
-                &text,
-                "must be a valid quantity that fits in 64 bits",
-            )),
-            Some(n) if n < 0 => causes.push(StatusCause::invalid(
-                &field,
-                &text,
-                "must be greater than or equal to 0",
-            )),
-            Some(_) => {}
-        }
+    for (res, q) in map.and_then(Value::as_object).into_iter().flatten() {
+        super::quantity(&format!("{path}[{res}]"), q, causes);
     }
 }
 
