@@ -103,8 +103,65 @@ pub fn check(v: &Value) -> Result<(), StatusCause> {
     Ok(())
 }
 
-/// Whether `s` is an RFC 3339 time whose year is not 0000–9999 (`+10000-01-01T…`,
-/// `-0001-01-01T…`: what a typed round trip writes for a time out of that range).
+/// The fields built-in kinds keep a `metav1.Time`/`MicroTime` in.
+const TIME_FIELDS: &[&str] = &[
+    "creationTimestamp",
+    "deletionTimestamp",
+    "time",
+    "lastTransitionTime",
+    "lastProbeTime",
+    "lastHeartbeatTime",
+    "lastUpdateTime",
+    "firstTimestamp",
+    "lastTimestamp",
+    "eventTime",
+    "startTime",
+    "startedAt",
+    "finishedAt",
+    "renewTime",
+    "acquireTime",
+    "completionTime",
+    "lastScheduleTime",
+    "lastSuccessfulTime",
+    "expirationTimestamp",
+    "lastObservedTime",
+];
+
+/// Maps of user strings no time lives in.
+const FREE_MAPS: &[&str] = &["annotations", "labels", "data", "binaryData", "stringData"];
+
+/// Checks that every time in an object (as its typed round trip wrote it, under a field that
+/// holds one) has a year from 0000 to 9999, which every client can decode.
+pub fn check_times(v: &Value) -> Result<(), StatusCause> {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(a) => stack.extend(a.iter()),
+            Value::Object(m) => {
+                for (k, child) in m {
+                    match child {
+                        Value::String(s) if TIME_FIELDS.contains(&k.as_str()) => {
+                            if out_of_range_time(s) {
+                                return Err(StatusCause::invalid(
+                                    k,
+                                    s,
+                                    "a time must have a year from 0000 to 9999",
+                                ));
+                            }
+                        }
+                        _ if FREE_MAPS.contains(&k.as_str()) => {}
+                        _ => stack.push(child),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether `s` is an RFC 3339 time whose year is not 0000–9999 (`+10000-01-01T00:00:00Z`,
+/// `-0001-01-01T00:00:00Z`: what a typed round trip writes for a time out of that range).
 fn out_of_range_time(s: &str) -> bool {
     let b = s.as_bytes();
     let (signed, digits) = match b.first() {
@@ -115,29 +172,14 @@ fn out_of_range_time(s: &str) -> bool {
     if year < 4 || (!signed && year == 4) {
         return false;
     }
+    // `-MM-DDTHH:MM:SS`
     let rest = &digits[year..];
-    rest.len() >= 7 && rest[0] == b'-' && rest[3] == b'-' && rest[6] == b'T'
-}
-
-/// Checks that every time in an object (as its typed round trip wrote it) has a year from 0000
-/// to 9999, which every client can decode.
-pub fn check_times(v: &Value) -> Result<(), StatusCause> {
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::String(s) if out_of_range_time(s) => {
-                return Err(StatusCause::invalid(
-                    "",
-                    s,
-                    "a time must have a year from 0000 to 9999",
-                ))
-            }
-            Value::Array(a) => stack.extend(a.iter()),
-            Value::Object(m) => stack.extend(m.values()),
-            _ => {}
-        }
-    }
-    Ok(())
+    let shape = b"-00-00T00:00:00";
+    rest.len() >= shape.len()
+        && shape.iter().zip(rest).all(|(want, got)| match want {
+            b'0' => got.is_ascii_digit(),
+            w => w == got,
+        })
 }
 
 #[cfg(test)]
@@ -177,7 +219,16 @@ mod tests {
             "+2026-01-01T00:00:00Z",
             "123456-01-01T00:00:00Z",
         ] {
-            assert!(check_times(&json!({"t": bad})).is_err(), "{bad}");
+            assert!(check_times(&json!({"time": bad})).is_err(), "{bad}");
+            assert!(
+                check_times(&json!({"status": {"conditions": [{"lastTransitionTime": bad}]}}))
+                    .is_err(),
+                "{bad}"
+            );
+            // Only fields that hold a time are times: user strings are anything.
+            assert!(check_times(&json!({"t": bad})).is_ok(), "{bad}");
+            assert!(check_times(&json!({"metadata": {"annotations": {"time": bad}}})).is_ok());
+            assert!(check_times(&json!({"data": {"time": bad}})).is_ok());
         }
         for fine in [
             "2026-01-01T00:00:00Z",
@@ -186,8 +237,9 @@ mod tests {
             "+1 555 0100",
             "-5",
             "hello",
+            "+10000-01-01Tnoon",
         ] {
-            assert!(check_times(&json!({"t": fine})).is_ok(), "{fine}");
+            assert!(check_times(&json!({"time": fine})).is_ok(), "{fine}");
         }
     }
 }

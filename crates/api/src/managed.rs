@@ -154,6 +154,11 @@ fn walk<'a>(
                         return;
                     };
                     path.push(seg);
+                    if out.contains_key(&with(path, ".")) {
+                        // A duplicate key: the first item is the one that counts.
+                        path.pop();
+                        continue;
+                    }
                     out.insert(with(path, "."), None);
                     if let Value::Object(fields) = item {
                         walk_fields(lists, fields, names, path, out);
@@ -203,140 +208,120 @@ fn item_key(item: &Value, key: &str) -> Option<String> {
     Some(format!("k:{}", json!({ key: k })))
 }
 
-/// The value at `path` in `obj` (a `.` step names the node it follows).
-pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut cur = obj;
-    for seg in path {
-        cur = step(cur, seg)?;
-    }
-    Some(cur)
+/// The paths an apply no longer sets, as a tree of steps to walk once.
+#[derive(Default)]
+struct Drops<'a> {
+    children: std::collections::BTreeMap<&'a str, Drops<'a>>,
+    /// This node itself is dropped (a field, or an item or map by its `.` entry).
+    drop: bool,
+    /// Another manager owns something below this node: it stays (its key fields too), and
+    /// only what is dropped inside it goes.
+    owned_below: bool,
 }
 
-fn step<'a>(cur: &'a Value, seg: &str) -> Option<&'a Value> {
-    if seg == "." {
-        return Some(cur);
+impl<'a> Drops<'a> {
+    fn node(&mut self, path: &'a [String]) -> &mut Drops<'a> {
+        let mut cur = self;
+        for seg in path {
+            cur = cur.children.entry(seg.as_str()).or_default();
+        }
+        cur
     }
-    if let Some(name) = seg.strip_prefix("f:") {
-        return cur.get(name);
-    }
-    let items = cur.as_array()?;
-    let i = find_item(items, seg)?;
-    items.get(i)
 }
 
-fn find_item(items: &[Value], seg: &str) -> Option<usize> {
-    if let Some(keys) = seg.strip_prefix("k:") {
-        let keys: Map<String, Value> = serde_json::from_str(keys).ok()?;
-        return items
-            .iter()
-            .position(|item| keys.iter().all(|(k, v)| item.get(k) == Some(v)));
-    }
-    let want: Value = serde_json::from_str(seg.strip_prefix("v:")?).ok()?;
-    items.iter().position(|item| *item == want)
-}
-
-/// Removes every dropped path (longest first). Items of one list go in one pass over it (a
-/// removal at a time would rescan the list for each), everything else one path at a time.
-fn remove_all(obj: &mut Value, dropped: &[&Path]) {
-    let mut items_of: std::collections::BTreeMap<&[String], std::collections::HashSet<&str>> =
-        Default::default();
-    // Items dropped whole (their path up to the `k:`/`v:` step): fields inside them go with them.
-    let mut whole: std::collections::HashSet<&[String]> = Default::default();
-    let is_item_step = |s: &str| s.starts_with("k:") || s.starts_with("v:");
+/// Removes what an apply dropped, in one walk of the object: the fields the applier alone
+/// owned, and items and maps nobody else owns anything of (as upstream, an item another
+/// manager still has fields in stays, with its key). Lists are indexed once per visit, so the
+/// cost is linear in the object and the paths, not a list scan per path.
+fn remove_dropped<'p>(obj: &mut Value, dropped: &[&'p Path], kept: impl Iterator<Item = &'p Path>) {
+    let mut root = Drops::default();
     for p in dropped {
-        if p.len() >= 2 && p[p.len() - 1] == "." && is_item_step(&p[p.len() - 2]) {
-            items_of
-                .entry(&p[..p.len() - 2])
-                .or_default()
-                .insert(p[p.len() - 2].as_str());
-            whole.insert(&p[..p.len() - 1]);
-        }
-    }
-    for p in dropped {
-        let inside_dropped_item =
-            (0..p.len().saturating_sub(1)).any(|i| is_item_step(&p[i]) && whole.contains(&p[..=i]));
-        let is_item = p.len() >= 2 && p[p.len() - 1] == "." && is_item_step(&p[p.len() - 2]);
-        if !is_item && !inside_dropped_item {
-            remove_at(obj, p);
-        }
-    }
-    for (list_path, segs) in items_of {
-        let Some(Value::Array(items)) = value_at_mut(obj, list_path) else {
-            continue;
+        let (target, _) = match p.last().map(String::as_str) {
+            Some(".") => (&p[..p.len() - 1], ()),
+            _ => (&p[..], ()),
         };
-        // Items are keyed by one field (the list's merge key): `field=value` of every item to
-        // drop, so each item is checked in constant time.
-        let keyed: std::collections::HashSet<String> = segs
-            .iter()
-            .filter_map(|s| {
-                let keys: Map<String, Value> = serde_json::from_str(s.strip_prefix("k:")?).ok()?;
-                let mut fields = keys.iter();
-                let (f, v) = fields.next()?;
-                fields.next().is_none().then(|| format!("{f}={v}"))
-            })
-            .collect();
-        let values: std::collections::HashSet<&str> =
-            segs.iter().filter_map(|s| s.strip_prefix("v:")).collect();
-        items.retain(|item| {
-            let keyed_out = item
-                .as_object()
-                .is_some_and(|m| m.iter().any(|(f, v)| keyed.contains(&format!("{f}={v}"))));
-            !(keyed_out || values.contains(item.to_string().as_str()))
-        });
+        root.node(target).drop = true;
     }
-}
-
-/// The value at a path of `f:` and `k:`/`v:` steps, mutably.
-fn value_at_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
-    let mut cur = obj;
-    for seg in path {
-        if seg == "." {
-            continue;
-        }
-        cur = match seg.strip_prefix("f:") {
-            Some(name) => cur.get_mut(name)?,
-            None => {
-                let i = find_item(cur.as_array()?, seg)?;
-                cur.get_mut(i)?
-            }
-        };
-    }
-    Some(cur)
-}
-
-/// Removes the field at `path` (a path ending in `.` removes the item or map it names).
-fn remove_at(obj: &mut Value, path: &[String]) {
-    let path: Vec<&String> = path.iter().filter(|s| *s != ".").collect();
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut cur = obj;
-    for seg in parents {
-        let next = match seg.strip_prefix("f:") {
-            Some(name) => cur.get_mut(name),
-            None => match cur.as_array().and_then(|items| find_item(items, seg)) {
-                Some(i) => cur.get_mut(i),
-                None => None,
-            },
-        };
-        match next {
-            Some(n) => cur = n,
-            None => return,
-        }
-    }
-    match last.strip_prefix("f:") {
-        Some(name) => {
-            if let Some(m) = cur.as_object_mut() {
-                m.remove(name);
+    for p in kept {
+        // Mark only nodes the drops reach: a kept path's proper prefixes.
+        let mut cur = &mut root;
+        for seg in &p[..p.len().saturating_sub(1)] {
+            match cur.children.get_mut(seg.as_str()) {
+                Some(next) => {
+                    next.owned_below = true;
+                    cur = next;
+                }
+                None => break,
             }
         }
-        None => {
-            if let Some(i) = cur.as_array().and_then(|items| find_item(items, last)) {
-                if let Some(items) = cur.as_array_mut() {
-                    items.remove(i);
+    }
+    apply_drops(obj, &root, &[]);
+}
+
+/// Applies `node` to `v`; `key_fields` (an item's key fields) stay whatever is dropped.
+fn apply_drops(v: &mut Value, node: &Drops<'_>, key_fields: &[String]) {
+    match v {
+        Value::Object(m) => {
+            for (seg, child) in &node.children {
+                let Some(name) = seg.strip_prefix("f:") else {
+                    continue;
+                };
+                if key_fields.iter().any(|k| k == name) {
+                    continue;
+                }
+                if child.drop && !child.owned_below {
+                    m.remove(name);
+                } else if let Some(next) = m.get_mut(name) {
+                    apply_drops(next, child, &[]);
                 }
             }
         }
+        Value::Array(items) => {
+            // Item steps (`k:{…}`, `v:…`) of this list, by their canonical form.
+            let mut by_seg: std::collections::HashMap<String, &Drops<'_>> = Default::default();
+            let mut key_names: Option<Vec<String>> = None;
+            let mut any_value = false;
+            for (seg, child) in &node.children {
+                if let Some(keys) = seg.strip_prefix("k:") {
+                    let Ok(keys) = serde_json::from_str::<Map<String, Value>>(keys) else {
+                        continue;
+                    };
+                    key_names.get_or_insert_with(|| keys.keys().cloned().collect());
+                    by_seg.insert(format!("k:{}", Value::Object(keys)), child);
+                } else if seg.starts_with("v:") {
+                    any_value = true;
+                    by_seg.insert(seg.to_string(), child);
+                }
+            }
+            let seg_of = |item: &Value| -> Option<String> {
+                let names = key_names.as_ref()?;
+                let mut keys = Map::new();
+                for n in names {
+                    keys.insert(n.clone(), item.get(n)?.clone());
+                }
+                Some(format!("k:{}", Value::Object(keys)))
+            };
+            let mut keep = Vec::with_capacity(items.len());
+            for item in items.iter_mut() {
+                let child = seg_of(item).and_then(|s| by_seg.get(&s)).or_else(|| {
+                    any_value
+                        .then(|| by_seg.get(&format!("v:{item}")))
+                        .flatten()
+                });
+                match child {
+                    Some(c) if c.drop && !c.owned_below => keep.push(false),
+                    Some(c) => {
+                        // The item stays, with its key fields.
+                        apply_drops(item, c, key_names.as_deref().unwrap_or(&[]));
+                        keep.push(true);
+                    }
+                    None => keep.push(true),
+                }
+            }
+            let mut it = keep.into_iter();
+            items.retain(|_| it.next().unwrap_or(true));
+        }
+        _ => {}
     }
 }
 
@@ -600,13 +585,11 @@ pub fn apply(
         .filter(|e| !e.is(who.manager, "Apply", sub))
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
-    // Longest paths first, so an item's fields go before the item.
-    let mut dropped: Vec<&Path> = previous
+    let dropped: Vec<&Path> = previous
         .difference(&applied)
         .filter(|p| !others.contains(*p))
         .collect();
-    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    remove_all(&mut merged, &dropped);
+    remove_dropped(&mut merged, &dropped, others.iter().chain(&applied));
     match list.iter_mut().find(|e| e.is(who.manager, "Apply", sub)) {
         Some(e) => {
             e.fields = applied;
@@ -668,11 +651,13 @@ fn merge<'a>(lists: Lists, target: &mut Value, config: &'a Value, names: &mut Ve
         (Value::Array(t), Value::Array(c)) => match lists.strategy(names) {
             ListStrategy::MergeByKey(key) => {
                 // Items found through an index of their keys: linear, not a scan per item.
-                let mut index: std::collections::HashMap<String, usize> = t
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, x)| Some((x.get(key)?.to_string(), i)))
-                    .collect();
+                let mut index: std::collections::HashMap<String, usize> = Default::default();
+                for (i, x) in t.iter().enumerate() {
+                    if let Some(k) = x.get(key) {
+                        // A duplicate key: the first item is the one that counts.
+                        index.entry(k.to_string()).or_insert(i);
+                    }
+                }
                 for item in c {
                     let found = item
                         .get(key)

@@ -163,10 +163,10 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
         // No auditing: the short path.
         let user = match authn {
             Ok(u) => u,
-            Err(e) => return error_response(&e),
+            Err(e) => return refused(req, error_response(&e)).await,
         };
         if let Err(e) = authorize(&chain, &user, &attrs) {
-            return error_response(&e);
+            return refused(req, error_response(&e)).await;
         }
         let req = match read_whole_body(req).await {
             Ok(r) => r,
@@ -215,10 +215,10 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
     };
     let user = match authn {
         Ok(u) => u,
-        Err(e) => return refuse(&record, &e),
+        Err(e) => return refused(req, refuse(&record, &e)).await,
     };
     if let Err(e) = authorize(&chain, &user, &attrs) {
-        return refuse(&record, &e);
+        return refused(req, refuse(&record, &e)).await;
     }
     let req = match read_whole_body(req).await {
         Ok(r) => r,
@@ -290,6 +290,13 @@ pub struct BodyBytes(pub bytes::Bytes);
 /// Reads the whole body of a request that has one, under the body limits (size, and the
 /// time it may take), before the request takes a seat: a slow upload holds a connection,
 /// never a seat of its priority level.
+/// A refusal (401, 403) of a request whose body was not read: what the client is still
+/// sending is discarded first (bounded), so that it reads the refusal rather than a reset.
+async fn refused(req: Request, resp: Response) -> Response {
+    rkube_daemon::serve::discard(req.into_body(), crate::http::body::MAX_BODY).await;
+    resp
+}
+
 async fn read_whole_body(req: Request) -> Result<Request, ApiError> {
     if matches!(req.method().as_str(), "GET" | "HEAD" | "OPTIONS") {
         return Ok(req);

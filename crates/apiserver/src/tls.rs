@@ -40,5 +40,9 @@ pub fn identify() -> rkube_daemon::serve::Identify<Peer> {
 /// The user a client certificate names: CN the user, each O a group.
 pub fn user_of(cert: &CertificateDer<'_>) -> Option<UserInfo> {
     let (cn, groups) = rkube_daemon::tls::subject(cert)?;
+    if cn.is_empty() {
+        // Upstream's x509 authenticator: a certificate without a CN names nobody.
+        return None;
+    }
     Some(UserInfo::authenticated(&cn, "", groups))
 }

@@ -494,6 +494,15 @@ pub async fn read_body(body: axum::body::Body, max: usize) -> Result<bytes::Byte
     Ok(out.freeze())
 }
 
+/// Discards a body a request was refused before reading (up to `budget` bytes, for a few
+/// seconds at most), so that the client reads the refusal rather than a reset.
+pub async fn discard(body: axum::body::Body, budget: usize) {
+    drain(body, budget, tokio::time::Instant::now() + DISCARD_DEADLINE).await;
+}
+
+/// How long a refused request's body is read for, at most.
+const DISCARD_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Reads and discards what remains of a refused body (up to `budget` bytes, within the
 /// deadline), so that the client, still sending, gets to read the refusal instead of a
 /// connection reset.

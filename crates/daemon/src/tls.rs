@@ -39,11 +39,12 @@ pub fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
 pub fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let subject = parsed.subject();
+    // No CN (or one that is not a string) is an empty name: callers decide what it may do.
     let cn = subject
         .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or_default()
         .to_string();
     let orgs = subject
         .iter_organization()

@@ -140,7 +140,12 @@ pub async fn run(
         .as_ref()
         .map(rkube_daemon::tls::server_config)
         .transpose()?;
-    let router = match config.client_cert_allowed_cn.clone() {
+    // An empty name allows nothing in particular (etcd ignores the flag when it is empty).
+    let allowed_cn = config
+        .client_cert_allowed_cn
+        .clone()
+        .filter(|c| !c.is_empty());
+    let router = match allowed_cn {
         None => http::router(app),
         Some(cn) => http::router(app).layer(axum::middleware::from_fn(move |req, next| {
             http::require_cn(cn.clone(), req, next)

@@ -282,3 +282,63 @@ fn long_keyed_lists_are_recorded_applied_and_dropped_in_linear_time() {
         .len();
     assert_eq!(left, n / 2);
 }
+
+#[test]
+fn an_apply_keeps_items_another_manager_owns_fields_in_and_drops_the_rest() {
+    let mut config = deployment("nginx:1", 2);
+    config["metadata"]["finalizers"] = json!(["x/a", "x/b"]);
+    config["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "side", "image": "s:1"}));
+    let applied = apply(Lists::GENERIC, None, &config, who("a"), false).unwrap();
+    // Another manager changes the sidecar's image, taking that field.
+    let mut edited = applied.clone();
+    edited["spec"]["template"]["spec"]["containers"][1]["image"] = json!("s:2");
+    record_update(Lists::GENERIC, Some(&applied), &mut edited, who("editor"));
+    assert_eq!(
+        owners(
+            &edited,
+            ".spec.template.spec.containers[name=\"side\"].image"
+        ),
+        ["editor/Update"]
+    );
+    // The applier drops the sidecar, a finalizer and nginx's ports.
+    let mut config2 = deployment("nginx:1", 2);
+    config2["metadata"]["finalizers"] = json!(["x/a"]);
+    config2["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("ports");
+    let out = apply(Lists::GENERIC, Some(&edited), &config2, who("a"), false).unwrap();
+    let containers = out["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    // The sidecar stays with its key and the editor's field.
+    assert_eq!(containers[1], json!({"name": "side", "image": "s:2"}));
+    // Inside the kept nginx item, the dropped ports went.
+    assert!(
+        containers[0]
+            .get("ports")
+            .and_then(Value::as_array)
+            .is_none_or(|p| p.is_empty()),
+        "{:?}",
+        containers[0]
+    );
+    assert_eq!(containers[0]["image"], "nginx:1");
+    assert_eq!(out["metadata"]["finalizers"], json!(["x/a"]));
+}
+
+#[test]
+fn dropping_half_of_a_long_set_is_linear() {
+    let n = 20_000;
+    let set = |to: usize| -> Vec<String> { (0..to).map(|i| format!("f/{i}")).collect() };
+    let obj = |to: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "finalizers": set(to)}})
+    };
+    let applied = apply(Lists::GENERIC, None, &obj(n), who("a"), false).unwrap();
+    let halved = apply(Lists::GENERIC, Some(&applied), &obj(n / 2), who("a"), false).unwrap();
+    assert_eq!(halved["metadata"]["finalizers"], json!(set(n / 2)));
+}

@@ -78,13 +78,21 @@ pub fn read_patch(apply: bool, raw: &[u8]) -> Result<Value, ApiError> {
         return decode::json(raw)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")));
     }
-    let v: Value = match decode::json(raw) {
-        Ok(v) => v,
-        Err(_) => serde_yaml::from_slice(raw)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+    // JSON (what kubectl sends) is decoded as JSON, and its limits reported as such; only
+    // what is not JSON is read as YAML.
+    let (v, format) = match serde_json::from_slice::<Value>(raw) {
+        Ok(v) => (v, "patch"),
+        Err(e) if e.to_string().contains("recursion limit") => {
+            return Err(ApiError::bad_request(format!("error decoding patch: {e}")))
+        }
+        Err(_) => {
+            let v = serde_yaml::from_slice(raw)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+            (v, "YAML")
+        }
     };
     rkube_api::bounds::check(&v)
-        .map_err(|c| ApiError::bad_request(format!("error decoding YAML: {}", c.message)))?;
+        .map_err(|c| ApiError::bad_request(format!("error decoding {format}: {}", c.message)))?;
     Ok(v)
 }
 

@@ -43,6 +43,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// The most a non-followed log response carries.
 const MAX_LOG_BYTES: usize = 64 * 1024 * 1024;
+/// How long a log without `follow` may take to arrive in full, stalls included.
+const LOG_DEADLINE: Duration = Duration::from_secs(120);
 
 impl KubeletClient {
     pub fn new(cfg: &KubeletConfig) -> anyhow::Result<Self> {
@@ -168,16 +170,17 @@ fn log_options(q: &Query) -> Result<Vec<(&'static str, String)>, ApiError> {
 /// metadata services live there), unspecified, multicast or broadcast addresses. (Loopback
 /// stays: single-machine clusters run their kubelets there.)
 fn reachable(ip: &IpAddr) -> bool {
+    let v4_ok = |v4: std::net::Ipv4Addr| {
+        !(v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast())
+    };
     match ip {
-        IpAddr::V4(v4) => {
-            !(v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast())
-        }
-        IpAddr::V6(v6) => {
-            !(v6.is_unspecified()
-                || v6.is_multicast()
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-                || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local()))
-        }
+        IpAddr::V4(v4) => v4_ok(*v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4_ok(v4),
+            None => {
+                !(v6.is_unspecified() || v6.is_multicast() || (v6.segments()[0] & 0xffc0) == 0xfe80)
+            }
+        },
     }
 }
 
@@ -279,6 +282,12 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
         };
         futures_util::future::ready(next)
     });
+    let deadline: futures_util::future::BoxFuture<'static, ()> = if follow {
+        Box::pin(futures_util::future::pending())
+    } else {
+        Box::pin(tokio::time::sleep(LOG_DEADLINE))
+    };
+    let body = body.take_until(deadline);
     Ok((
         StatusCode::OK,
         [("content-type", "text/plain")],
@@ -332,10 +341,25 @@ mod tests {
                 .code(),
             400
         );
-        for bad in ["169.254.169.254", "0.0.0.0", "224.0.0.1", "fe80::1", "::"] {
+        for bad in [
+            "169.254.169.254",
+            "0.0.0.0",
+            "224.0.0.1",
+            "fe80::1",
+            "::",
+            "::ffff:0.0.0.0",
+            "::ffff:169.254.169.254",
+            "::ffff:255.255.255.255",
+        ] {
             assert!(!reachable(&bad.parse().unwrap()), "{bad}");
         }
-        for good in ["127.0.0.1", "10.0.0.5", "::1", "2001:db8::1"] {
+        for good in [
+            "127.0.0.1",
+            "10.0.0.5",
+            "::1",
+            "2001:db8::1",
+            "::ffff:10.0.0.5",
+        ] {
             assert!(reachable(&good.parse().unwrap()), "{good}");
         }
     }

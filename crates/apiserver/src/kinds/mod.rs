@@ -61,6 +61,10 @@ pub trait Strategy: Send + Sync {
     /// typically resets status.
     fn prepare_for_create(&self, _obj: &mut Value) {}
 
+    /// The kind's PrepareForUpdate of the main resource: what an ordinary update may not
+    /// change beyond status (e.g. a Namespace's `spec.finalizers`, owned by `finalize`).
+    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
     /// PrepareForUpdate of the `status` subresource: `new` becomes `old` with only what a
     /// status update may change.
     fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
@@ -368,10 +372,15 @@ fn diff_fields(
 /// Sets `ptr` to `value` unless something is there.
 pub fn set_default(obj: &mut Value, ptr: &str, value: Value) {
     if obj.pointer(ptr).is_none() {
-        let (parent, last) = ptr.rsplit_once('/').expect("pointer with a parent");
-        if let Some(p) = ensure_object(obj, parent) {
-            p.insert(last.to_string(), value);
-        }
+        set_at(obj, ptr, value);
+    }
+}
+
+/// Sets `ptr` to `value`, making the objects on the way; nothing when one is not an object.
+pub fn set_at(obj: &mut Value, ptr: &str, value: Value) {
+    let (parent, last) = ptr.rsplit_once('/').expect("pointer with a parent");
+    if let Some(p) = ensure_object(obj, parent) {
+        p.insert(last.to_string(), value);
     }
 }
 

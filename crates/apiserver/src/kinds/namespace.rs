@@ -7,7 +7,7 @@ use rkube_api::meta;
 use serde_json::{json, Value};
 
 use super::print::{self, s, Column};
-use super::{set_default, NameRule, Strategy};
+use super::{set_at, set_default, NameRule, Strategy};
 
 pub struct Namespace;
 
@@ -23,6 +23,19 @@ impl Strategy for Namespace {
     fn prepare_for_create(&self, obj: &mut Value) {
         set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
         obj["status"] = json!({"phase": "Active"});
+    }
+
+    /// An update keeps `spec.finalizers` as it was (upstream's PrepareForUpdate): only
+    /// `finalize` changes them.
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        match old.pointer("/spec/finalizers") {
+            Some(f) => set_at(new, "/spec/finalizers", f.clone()),
+            None => {
+                if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("finalizers");
+                }
+            }
+        }
     }
 
     fn deletion_blocked(&self, obj: &Value) -> bool {

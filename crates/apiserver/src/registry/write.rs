@@ -448,6 +448,9 @@ impl Registry {
                         }
                     }
                 }
+                if subresource.is_none() {
+                    s.prepare_for_update(&mut new, cur);
+                }
             }
             Some(other) => s.prepare_for_subresource_update(other, &mut new, cur),
         }

@@ -127,13 +127,14 @@ impl RequestInfo {
     }
 
     /// Streams for a long time, so it holds no seat (upstream's `BasicLongRunningRequestCheck`:
-    /// watches, and the `log` subresource).
+    /// watches, and a pod's `log`).
     pub fn long_running(&self) -> bool {
         self.verb == "watch"
-            || self
-                .resource
-                .as_ref()
-                .is_some_and(|r| r.subresource.as_deref() == Some("log"))
+            || self.resource.as_ref().is_some_and(|r| {
+                r.group.is_empty()
+                    && r.resource == "pods"
+                    && r.subresource.as_deref() == Some("log")
+            })
     }
 
     /// A health endpoint: served outside the request limits.

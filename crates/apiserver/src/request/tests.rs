@@ -105,6 +105,9 @@ fn long_running_and_health() {
     assert!(info("GET", "/api/v1/pods?watch=true").long_running());
     assert!(info("GET", "/api/v1/namespaces/d/pods/p/log").long_running());
     assert!(!info("GET", "/api/v1/pods").long_running());
+    // Only a pod's log streams: a custom resource's `log` subresource holds a seat.
+    assert!(!info("GET", "/apis/example.com/v1/namespaces/d/things/t/log").long_running());
+    assert!(!info("GET", "/api/v1/namespaces/d/services/s/log").long_running());
     assert!(info("GET", "/readyz").is_health());
     assert!(info("GET", "/livez/ping").is_health());
     assert!(!info("GET", "/api/v1/pods").is_health());

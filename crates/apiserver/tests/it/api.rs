@@ -614,9 +614,16 @@ async fn namespace_lifecycle(c: &Cluster) {
         (403, Some("Forbidden")),
         "{e}"
     );
+    // An ordinary update cannot clear them: only `finalize` does.
+    let mut cleared = got.clone();
+    cleared["spec"] = json!({"finalizers": []});
+    let (code, kept) = c.put("/api/v1/namespaces/team-a", &cleared).await;
+    assert_eq!(code, 200, "{kept}");
+    assert_eq!(kept["spec"]["finalizers"], json!(["kubernetes"]));
+    assert_eq!(c.get("/api/v1/namespaces/team-a").await.0, 200);
     // `spec: {}` (client-go's empty list, omitted) finalizes too: nothing adds the default
     // finalizer back on an update.
-    let mut fin = got.clone();
+    let mut fin = kept.clone();
     fin["spec"] = json!({});
     let (code, _) = c.put("/api/v1/namespaces/team-a/finalize", &fin).await;
     assert_eq!(code, 200);
