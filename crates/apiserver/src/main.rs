@@ -4,12 +4,12 @@ use anyhow::Context;
 use clap::Parser;
 use rkube_daemon::GoDuration;
 
-/// mimalloc: under load, glibc's malloc/free and its arena locks took about a quarter of the
-/// apiserver's CPU; with mimalloc the 10k-pod end-to-end run needs ~30% less apiserver CPU
-/// (docs/benchmarks.md). Only here: in the other components it cost more memory than it saved
-/// time.
+/// mimalloc (`rkube-alloc`): under load, glibc's malloc/free and its arena locks took about a
+/// quarter of the apiserver's CPU; with mimalloc the 10k-pod end-to-end run needs ~30% less
+/// apiserver CPU (docs/benchmarks.md). Only here: in the other components it cost more memory
+/// than it saved time.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: rkube_alloc::MiMalloc = rkube_alloc::MiMalloc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -126,6 +126,7 @@ struct Flags {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    rkube_alloc::start_purger();
     rkube_daemon::init_tracing();
     let f = Flags::parse();
     let mut config = rkube_apiserver::Config::new(f.etcd_servers);

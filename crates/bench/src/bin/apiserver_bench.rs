@@ -75,6 +75,18 @@ async fn timed_gets(http: &reqwest::Client, url: &str, n: usize) -> (u64, u64) {
     pct(lat)
 }
 
+/// The apiserver's RSS once the memory freed by what came before is returned: mimalloc purges
+/// freed pages only after a delay (10 s for its arenas), during later allocator activity, so
+/// this keeps a trickle of GETs going for 15 s before reading.
+async fn settled_rss(http: &reqwest::Client, base: &str, pid: u32) -> u64 {
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        let _ = http.get(format!("{base}/readyz")).send().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rss_of(pid)
+}
+
 async fn bench(name: &str, storage_url: &str, flags: &Flags) -> anyhow::Result<Figures> {
     println!("== rkube-apiserver on {name}");
     let (api, base) = start_apiserver(&flags.apiserver_bin, storage_url).await?;
@@ -148,8 +160,8 @@ async fn bench(name: &str, storage_url: &str, flags: &Flags) -> anyhow::Result<F
         .bytes()
         .await?
         .len();
-    tokio::time::sleep(Duration::from_secs(1)).await; // let allocations settle before reading RSS
-    f.rss_per_pod = (rss_of(pid).saturating_sub(rss_before)) as f64 / flags.pods as f64;
+    let rss_loaded = settled_rss(&http, &base, pid).await;
+    f.rss_per_pod = rss_loaded.saturating_sub(rss_before) as f64 / flags.pods as f64;
 
     f.list_all_rv0 = timed_gets(&http, &format!("{base}/api/v1/pods?resourceVersion=0"), 30).await;
     f.list_all_consistent = timed_gets(&http, &format!("{base}/api/v1/pods"), 30).await;
@@ -177,7 +189,7 @@ async fn bench(name: &str, storage_url: &str, flags: &Flags) -> anyhow::Result<F
     );
 
     // 1,000 watchers, one per node.
-    let rss_before_watch = rss_of(pid);
+    let rss_before_watch = settled_rss(&http, &base, pid).await;
     let received: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let mut watchers = Vec::new();
     for n in 0..flags.nodes {
@@ -204,8 +216,9 @@ async fn bench(name: &str, storage_url: &str, flags: &Flags) -> anyhow::Result<F
             }
         }));
     }
-    tokio::time::sleep(Duration::from_secs(2)).await; // let initial events drain before measuring memory
-    f.rss_per_watch = rss_of(pid).saturating_sub(rss_before_watch) as f64 / flags.nodes as f64;
+    // The initial events drain, and their buffers are returned, before memory is read.
+    let rss_watching = settled_rss(&http, &base, pid).await;
+    f.rss_per_watch = rss_watching.saturating_sub(rss_before_watch) as f64 / flags.nodes as f64;
     let sent: Arc<Mutex<std::collections::HashMap<String, Instant>>> = Arc::default();
     let start = Instant::now();
     let mut writes = Vec::new();
@@ -307,7 +320,7 @@ fn ms(v: u64) -> String {
 fn render(rows: &[(&str, Figures)], flags: &Flags) -> String {
     let mut s = String::from("## rkube-apiserver (apiserver-bench)\n\n");
     s.push_str(&format!(
-        "Run {} on {} at commit `{}`: {} pods of ~{} B JSON as served on {} nodes, release builds, client on the same machine. Memory figures are RSS deltas of the apiserver process.\n\n",
+        "Run {} on {} at commit `{}`: {} pods of ~{} B JSON as served on {} nodes, release builds, client on the same machine. Memory figures are RSS deltas of the apiserver process, each read after 15 s of light traffic (the allocator returns freed memory after a delay).\n\n",
         utc_now(),
         machine(),
         git_commit(),
