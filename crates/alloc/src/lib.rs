@@ -3,11 +3,13 @@
 //! memory freed a while ago to the OS.
 //!
 //! mimalloc's purge delay is not a timer: freed memory is handed back only during later
-//! allocator calls, after the delay (10 s for its arenas). An apiserver that goes quiet after
-//! a burst — a create storm, a big LIST — kept it all: 2.65× the cached pods' JSON in RSS
-//! instead of 1.6× (apiserver-bench), for as long as it stayed quiet. Purging at every free
-//! instead returned it, but re-faulted the buffers of back-to-back LISTs (2× their latency);
-//! a collection every second purges what has been free past the delay, and nothing else.
+//! allocator calls, once the delay (1 s) is past. An apiserver that goes quiet after a burst —
+//! a create storm, a big LIST — kept it all: 2.65× the cached pods' JSON in RSS instead of
+//! 1.6× (apiserver-bench), for as long as it stayed quiet. Purging at every free instead
+//! returned it, but re-faulted the buffers of back-to-back LISTs (2× their latency); a
+//! collection every second purges what has been free past the delay, and nothing else.
+//! Limit: pages a quiet worker thread owns whose blocks other threads freed wait for that
+//! worker's next allocation (the benchmark's figure includes them).
 //!
 //! This crate exists because that takes `unsafe` FFI calls and the rest of the workspace
 //! forbids `unsafe`; it holds those calls and nothing else.
@@ -77,7 +79,7 @@ mod tests {
         let loaded = rss();
         drop(blocks);
         super::start_purger();
-        // The arenas' delay is 10 s; then the purger's next round returns it.
+        // Past mimalloc's delay, the purger's next round returns it.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let now = rss();

@@ -219,33 +219,38 @@ struct Drops<'a> {
     owned_below: bool,
 }
 
-impl<'a> Drops<'a> {
-    fn node(&mut self, path: &'a [String]) -> &mut Drops<'a> {
-        let mut cur = self;
-        for seg in path {
-            cur = cur.children.entry(seg.as_str()).or_default();
-        }
-        cur
-    }
-}
-
 /// Removes what an apply dropped, in one walk of the object: the fields the applier alone
-/// owned, and items and maps nobody else owns anything of (as upstream, an item another
-/// manager still has fields in stays, with its key). Lists are indexed once per visit, so the
-/// cost is linear in the object and the paths, not a list scan per path.
-fn remove_dropped<'p>(obj: &mut Value, dropped: &[&'p Path], kept: impl Iterator<Item = &'p Path>) {
+/// owned; items, maps and structs nobody owns anything in any more (upstream's
+/// `EnsureNamedFieldsAreMembers`: a field the drop emptied goes with it, below the top level);
+/// and nothing another manager still has fields in (such an item stays, with its key). Lists
+/// are indexed once per visit, so the cost is linear in the object and the paths.
+fn remove_dropped<'p>(
+    lists: Lists,
+    obj: &mut Value,
+    dropped: &[&'p Path],
+    kept: impl Iterator<Item = &'p Path>,
+) {
     let mut root = Drops::default();
     for p in dropped {
-        let (target, _) = match p.last().map(String::as_str) {
-            Some(".") => (&p[..p.len() - 1], ()),
-            _ => (&p[..], ()),
+        let target = match p.last().map(String::as_str) {
+            Some(".") => &p[..p.len() - 1],
+            _ => &p[..],
         };
-        root.node(target).drop = true;
+        // The named fields on the way (not the top-level ones, nor items) go too, unless
+        // something below them is kept.
+        let mut cur = &mut root;
+        for (depth, seg) in target.iter().enumerate() {
+            cur = cur.children.entry(seg.as_str()).or_default();
+            if depth >= 1 && seg.starts_with("f:") && !target[0].eq("f:metadata") {
+                cur.drop = true;
+            }
+        }
+        cur.drop = true;
     }
     for p in kept {
-        // Mark only nodes the drops reach: a kept path's proper prefixes.
+        // Mark the nodes the drops reach on a kept path: all of them stay.
         let mut cur = &mut root;
-        for seg in &p[..p.len().saturating_sub(1)] {
+        for seg in p {
             match cur.children.get_mut(seg.as_str()) {
                 Some(next) => {
                     next.owned_below = true;
@@ -255,74 +260,108 @@ fn remove_dropped<'p>(obj: &mut Value, dropped: &[&'p Path], kept: impl Iterator
             }
         }
     }
-    apply_drops(obj, &root, &[]);
+    apply_drops(obj, &root, lists, &mut Vec::new(), None);
 }
 
-/// Applies `node` to `v`; `key_fields` (an item's key fields) stay whatever is dropped.
-fn apply_drops(v: &mut Value, node: &Drops<'_>, key_fields: &[String]) {
+/// Applies `node` to `v`, whose field names from the top are `names`; `key` (the merge key of
+/// the item `v` is) stays whatever is dropped.
+fn apply_drops<'a>(
+    v: &mut Value,
+    node: &Drops<'a>,
+    lists: Lists,
+    names: &mut Vec<&'a str>,
+    key: Option<&str>,
+) {
     match v {
         Value::Object(m) => {
             for (seg, child) in &node.children {
                 let Some(name) = seg.strip_prefix("f:") else {
                     continue;
                 };
-                if key_fields.iter().any(|k| k == name) {
+                if key == Some(name) {
                     continue;
                 }
                 if child.drop && !child.owned_below {
                     m.remove(name);
                 } else if let Some(next) = m.get_mut(name) {
-                    apply_drops(next, child, &[]);
+                    names.push(name);
+                    apply_drops(next, child, lists, names, None);
+                    names.pop();
                 }
             }
         }
         Value::Array(items) => {
-            // Item steps (`k:{…}`, `v:…`) of this list, by their canonical form.
-            let mut by_seg: std::collections::HashMap<String, &Drops<'_>> = Default::default();
-            let mut key_names: Option<Vec<String>> = None;
-            let mut any_value = false;
-            for (seg, child) in &node.children {
-                if let Some(keys) = seg.strip_prefix("k:") {
-                    let Ok(keys) = serde_json::from_str::<Map<String, Value>>(keys) else {
-                        continue;
-                    };
-                    key_names.get_or_insert_with(|| keys.keys().cloned().collect());
-                    by_seg.insert(format!("k:{}", Value::Object(keys)), child);
-                } else if seg.starts_with("v:") {
-                    any_value = true;
-                    by_seg.insert(seg.to_string(), child);
+            let keep: Vec<bool> = match lists.strategy(names) {
+                ListStrategy::MergeByKey(key) => {
+                    let mut seen = std::collections::HashSet::new();
+                    items
+                        .iter_mut()
+                        .map(|item| {
+                            let Some(seg) = item_key(item, key) else {
+                                return true;
+                            };
+                            let child = node.children.get(seg.as_str());
+                            // With duplicate keys only the first item counts, as in `walk`.
+                            if !seen.insert(seg) {
+                                return true;
+                            }
+                            match child {
+                                Some(c) if c.drop && !c.owned_below => false,
+                                Some(c) => {
+                                    apply_drops(item, c, lists, names, Some(key));
+                                    true
+                                }
+                                None => true,
+                            }
+                        })
+                        .collect()
                 }
-            }
-            let seg_of = |item: &Value| -> Option<String> {
-                let names = key_names.as_ref()?;
-                let mut keys = Map::new();
-                for n in names {
-                    keys.insert(n.clone(), item.get(n)?.clone());
-                }
-                Some(format!("k:{}", Value::Object(keys)))
+                ListStrategy::MergePrimitives if !node.children.is_empty() => items
+                    .iter()
+                    .map(|item| {
+                        !node
+                            .children
+                            .get(format!("v:{item}").as_str())
+                            .is_some_and(|c| c.drop && !c.owned_below)
+                    })
+                    .collect(),
+                _ => return,
             };
-            let mut keep = Vec::with_capacity(items.len());
-            for item in items.iter_mut() {
-                let child = seg_of(item).and_then(|s| by_seg.get(&s)).or_else(|| {
-                    any_value
-                        .then(|| by_seg.get(&format!("v:{item}")))
-                        .flatten()
-                });
-                match child {
-                    Some(c) if c.drop && !c.owned_below => keep.push(false),
-                    Some(c) => {
-                        // The item stays, with its key fields.
-                        apply_drops(item, c, key_names.as_deref().unwrap_or(&[]));
-                        keep.push(true);
-                    }
-                    None => keep.push(true),
-                }
-            }
             let mut it = keep.into_iter();
             items.retain(|_| it.next().unwrap_or(true));
         }
         _ => {}
     }
+}
+
+/// `set` with each item step spelled as `walk` spells it, `k:{"<merge key>":…}`: upstream
+/// keys some lists by two fields (ports by port and protocol), and clients space their JSON.
+fn canonical(lists: Lists, set: FieldSet) -> FieldSet {
+    set.into_iter()
+        .map(|mut p| {
+            let mut names: Vec<&str> = Vec::new();
+            let mut canon: Vec<(usize, String)> = Vec::new();
+            for (i, seg) in p.iter().enumerate() {
+                if let Some(name) = seg.strip_prefix("f:") {
+                    names.push(name);
+                } else if let Some(keys) = seg.strip_prefix("k:") {
+                    let ListStrategy::MergeByKey(key) = lists.strategy(&names) else {
+                        continue;
+                    };
+                    let Ok(keys) = serde_json::from_str::<Map<String, Value>>(keys) else {
+                        continue;
+                    };
+                    if let Some(v) = keys.get(key) {
+                        canon.push((i, format!("k:{}", json!({ key: v }))));
+                    }
+                }
+            }
+            for (i, seg) in canon {
+                p[i] = seg;
+            }
+            p
+        })
+        .collect()
 }
 
 /// A field set as `FieldsV1` JSON.
@@ -461,6 +500,9 @@ pub struct Writer<'a> {
 /// `new` arrives with the managedFields the client sent, or with `old`'s when it sent none.
 pub fn record_update(lists: Lists, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
     let mut list = entries(new);
+    for e in &mut list {
+        e.fields = canonical(lists, std::mem::take(&mut e.fields));
+    }
     let (changed, removed) = {
         let before = old
             .map(|o| values_of(lists, o, who.scope))
@@ -529,6 +571,9 @@ pub fn apply(
     let empty = json!({});
     let live_obj = live.unwrap_or(&empty);
     let mut list = entries(live_obj);
+    for e in &mut list {
+        e.fields = canonical(lists, std::mem::take(&mut e.fields));
+    }
     if live.is_some() && list.is_empty() {
         // Fields set before anyone tracked them belong to a placeholder manager, so that an
         // apply cannot silently take them over.
@@ -589,7 +634,7 @@ pub fn apply(
         .difference(&applied)
         .filter(|p| !others.contains(*p))
         .collect();
-    remove_dropped(&mut merged, &dropped, others.iter().chain(&applied));
+    remove_dropped(lists, &mut merged, &dropped, others.iter().chain(&applied));
     match list.iter_mut().find(|e| e.is(who.manager, "Apply", sub)) {
         Some(e) => {
             e.fields = applied;

@@ -287,16 +287,23 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
 #[derive(Clone)]
 pub struct BodyBytes(pub bytes::Bytes);
 
-/// Reads the whole body of a request that has one, under the body limits (size, and the
-/// time it may take), before the request takes a seat: a slow upload holds a connection,
-/// never a seat of its priority level.
 /// A refusal (401, 403) of a request whose body was not read: what the client is still
 /// sending is discarded first (bounded), so that it reads the refusal rather than a reset.
+/// A client waiting for `100 Continue` is not invited to send: it gets the refusal at once.
 async fn refused(req: Request, resp: Response) -> Response {
-    rkube_daemon::serve::discard(req.into_body(), crate::http::body::MAX_BODY).await;
+    let waits = req
+        .headers()
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !waits {
+        rkube_daemon::serve::discard(req.into_body(), crate::http::body::MAX_BODY).await;
+    }
     resp
 }
 
+/// Reads the whole body of a request that has one, under the body limits (size, and the
+/// time it may take), before the request takes a seat: a slow upload holds a connection,
+/// never a seat of its priority level.
 async fn read_whole_body(req: Request) -> Result<Request, ApiError> {
     if matches!(req.method().as_str(), "GET" | "HEAD" | "OPTIONS") {
         return Ok(req);

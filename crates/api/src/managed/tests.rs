@@ -342,3 +342,104 @@ fn dropping_half_of_a_long_set_is_linear() {
     let halved = apply(Lists::GENERIC, Some(&applied), &obj(n / 2), who("a"), false).unwrap();
     assert_eq!(halved["metadata"]["finalizers"], json!(set(n / 2)));
 }
+
+#[test]
+fn upstreams_two_field_keys_and_spaced_keys_name_the_same_items() {
+    let config = deployment("nginx:1", 2);
+    let applied = apply(Lists::GENERIC, None, &config, who("a"), false).unwrap();
+    // The same Apply entry as upstream writes it: ports keyed by port and protocol, and
+    // a container key spelled with a space.
+    let mut imported = applied.clone();
+    let fields = imported["metadata"]["managedFields"][0]["fieldsV1"].to_string();
+    let fields = fields
+        .replace(
+            r#"k:{\"containerPort\":80}"#,
+            r#"k:{\"containerPort\":80,\"protocol\":\"TCP\"}"#,
+        )
+        .replace(r#"k:{\"name\":\"nginx\"}"#, r#"k:{\"name\": \"nginx\"}"#);
+    assert!(fields.contains("protocol"), "{fields}");
+    imported["metadata"]["managedFields"][0]["fieldsV1"] = serde_json::from_str(&fields).unwrap();
+    // Re-applying the same configuration keeps the port and the container.
+    let out = apply(Lists::GENERIC, Some(&imported), &config, who("a"), false).unwrap();
+    assert_eq!(
+        out["spec"]["template"]["spec"]["containers"],
+        config["spec"]["template"]["spec"]["containers"]
+    );
+    // Another manager's field in the port, under upstream's two-field key, keeps the port
+    // when the applier drops it.
+    let theirs = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+        r#"k:{"name":"nginx"}"#: {"f:ports": {
+            r#"k:{"containerPort":80,"protocol":"TCP"}"#: {"f:hostPort": {}}}}}}}}});
+    let mut shared = applied.clone();
+    shared["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"manager": "b", "operation": "Update", "apiVersion": "apps/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": theirs}),
+        );
+    let mut portless = config.clone();
+    portless["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("ports");
+    let out = apply(Lists::GENERIC, Some(&shared), &portless, who("a"), false).unwrap();
+    assert_eq!(
+        out["spec"]["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 80}])
+    );
+}
+
+#[test]
+fn a_struct_the_apply_no_longer_sets_goes_whole() {
+    let mut config = deployment("nginx:1", 2);
+    config["spec"]["template"]["spec"]["containers"][0]["livenessProbe"] =
+        json!({"httpGet": {"path": "/", "port": 80}});
+    let mut applied = apply(Lists::GENERIC, None, &config, who("a"), false).unwrap();
+    // The server defaulted a field nobody owns.
+    applied["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["periodSeconds"] =
+        json!(10);
+    let out = apply(
+        Lists::GENERIC,
+        Some(&applied),
+        &deployment("nginx:1", 2),
+        who("a"),
+        false,
+    )
+    .unwrap();
+    let c = &out["spec"]["template"]["spec"]["containers"][0];
+    assert!(c.get("livenessProbe").is_none(), "{c}");
+    // Top-level fields and metadata stay.
+    assert_eq!(out["spec"]["replicas"], 2);
+    assert_eq!(out["metadata"]["name"], "web");
+}
+
+#[test]
+fn duplicate_keys_are_visited_once() {
+    // 60k env entries with one name and an Apply entry with 60k fields under that key: each
+    // item visiting every dropped field would be 3.6e9 steps (minutes; nextest's slow-test
+    // limit catches it).
+    let n = 60_000;
+    let env: Vec<Value> = (0..n).map(|_| json!({"name": "a", "value": "v"})).collect();
+    let mut live = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "env": env}]}}}});
+    let mut item: Map<String, Value> = Map::new();
+    item.insert(".".into(), json!({}));
+    for i in 0..n {
+        item.insert(format!("f:x{i}"), json!({}));
+    }
+    let fields = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+        r#"k:{"name":"c"}"#: {".": {}, "f:env": {r#"k:{"name":"a"}"#: item}}}}}}});
+    // Another manager owns a field of `a`: the item stays and its dropped fields are visited.
+    let theirs = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+        r#"k:{"name":"c"}"#: {"f:env": {r#"k:{"name":"a"}"#: {"f:value": {}}}}}}}}});
+    live["metadata"]["managedFields"] = json!([
+        {"manager": "a", "operation": "Apply", "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": fields},
+        {"manager": "b", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": theirs},
+    ]);
+    let config = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+    let out = apply(Lists::GENERIC, Some(&live), &config, who("a"), false).unwrap();
+    let c = &out["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["env"].as_array().map_or(0, Vec::len), n, "{}", c["image"]);
+}

@@ -82,7 +82,12 @@ pub fn read_patch(apply: bool, raw: &[u8]) -> Result<Value, ApiError> {
     // what is not JSON is read as YAML.
     let (v, format) = match serde_json::from_slice::<Value>(raw) {
         Ok(v) => (v, "patch"),
-        Err(e) if e.to_string().contains("recursion limit") => {
+        // JSON's own limits, which YAML would misread (a too-large number as null).
+        Err(e)
+            if ["recursion limit", "number out of range"]
+                .iter()
+                .any(|m| e.to_string().contains(m)) =>
+        {
             return Err(ApiError::bad_request(format!("error decoding patch: {e}")))
         }
         Err(_) => {
@@ -150,5 +155,25 @@ impl FieldValidation {
             )));
         }
         Ok(msgs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_bodies_are_json_first_and_json_limits_are_not_misread_as_yaml() {
+        let yaml = read_patch(true, b"spec:\n  replicas: 2\n").unwrap();
+        assert_eq!(yaml["spec"]["replicas"], 2);
+        let json = read_patch(true, br#"{"spec": {"replicas": 3}}"#).unwrap();
+        assert_eq!(json["spec"]["replicas"], 3);
+        // A number JSON cannot hold is an error, not YAML's null.
+        let e = read_patch(true, br#"{"spec":{"replicas":1e400}}"#).unwrap_err();
+        assert!(e.to_string().contains("error decoding patch"), "{e}");
+        // Too deep for the JSON reader: a JSON error as well.
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        let e = read_patch(true, deep.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("error decoding patch"), "{e}");
     }
 }

@@ -175,12 +175,25 @@ fn reachable(ip: &IpAddr) -> bool {
     };
     match ip {
         IpAddr::V4(v4) => v4_ok(*v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4_ok(v4),
-            None => {
-                !(v6.is_unspecified() || v6.is_multicast() || (v6.segments()[0] & 0xffc0) == 0xfe80)
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            // An IPv4 address inside: mapped (::ffff:a.b.c.d), compatible (::a.b.c.d) or
+            // NAT64 (64:ff9b::a.b.c.d).
+            let embedded = v6.to_ipv4_mapped().or_else(|| {
+                let compatible = s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1);
+                let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+                (compatible || nat64)
+                    .then(|| std::net::Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7])))
+            });
+            if let Some(v4) = embedded {
+                return v4_ok(v4);
             }
-        },
+            // Cloud metadata services on IPv6 (AWS, GCP).
+            let metadata = ["fd00:ec2::254", "fd20:ce::254"]
+                .iter()
+                .any(|m| m.parse::<std::net::Ipv6Addr>().is_ok_and(|m| m == *v6));
+            !(metadata || v6.is_unspecified() || v6.is_multicast() || (s[0] & 0xffc0) == 0xfe80)
+        }
     }
 }
 
@@ -282,12 +295,35 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
         };
         futures_util::future::ready(next)
     });
-    let deadline: futures_util::future::BoxFuture<'static, ()> = if follow {
-        Box::pin(futures_util::future::pending())
+    // Past the deadline the response is cut with an error, so that the client sees a broken
+    // transfer rather than a log that looks complete.
+    let deadline = if follow {
+        None
     } else {
-        Box::pin(tokio::time::sleep(LOG_DEADLINE))
+        Some(tokio::time::Instant::now() + LOG_DEADLINE)
     };
-    let body = body.take_until(deadline);
+    let body = futures_util::stream::unfold(
+        (Box::pin(body), false),
+        move |(mut body, done)| async move {
+            if done {
+                return None;
+            }
+            let next = match deadline {
+                None => body.next().await,
+                Some(at) => match tokio::time::timeout_at(at, body.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let late = std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the log took too long to arrive",
+                        );
+                        return Some((Err(late), (body, true)));
+                    }
+                },
+            };
+            next.map(|chunk| (chunk, (body, false)))
+        },
+    );
     Ok((
         StatusCode::OK,
         [("content-type", "text/plain")],
@@ -350,6 +386,10 @@ mod tests {
             "::ffff:0.0.0.0",
             "::ffff:169.254.169.254",
             "::ffff:255.255.255.255",
+            "::169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "fd00:ec2::254",
+            "fd20:ce::254",
         ] {
             assert!(!reachable(&bad.parse().unwrap()), "{bad}");
         }

@@ -29,7 +29,15 @@ impl Strategy for Namespace {
     /// `finalize` changes them.
     fn prepare_for_update(&self, new: &mut Value, old: &Value) {
         match old.pointer("/spec/finalizers") {
-            Some(f) => set_at(new, "/spec/finalizers", f.clone()),
+            Some(f) => {
+                // `spec: null` (or any non-object) must not shed them either.
+                if let Some(m) = new.as_object_mut() {
+                    if !m.get("spec").is_some_and(Value::is_object) {
+                        m.insert("spec".into(), json!({}));
+                    }
+                }
+                set_at(new, "/spec/finalizers", f.clone())
+            }
             None => {
                 if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
                     spec.remove("finalizers");

@@ -448,9 +448,8 @@ impl Registry {
                         }
                     }
                 }
-                if subresource.is_none() {
-                    s.prepare_for_update(&mut new, cur);
-                }
+                // As upstream, where scale writes through the main resource's update.
+                s.prepare_for_update(&mut new, cur);
             }
             Some(other) => s.prepare_for_subresource_update(other, &mut new, cur),
         }

@@ -620,6 +620,11 @@ async fn namespace_lifecycle(c: &Cluster) {
     let (code, kept) = c.put("/api/v1/namespaces/team-a", &cleared).await;
     assert_eq!(code, 200, "{kept}");
     assert_eq!(kept["spec"]["finalizers"], json!(["kubernetes"]));
+    let mut nulled = kept.clone();
+    nulled["spec"] = Value::Null;
+    let (code, kept) = c.put("/api/v1/namespaces/team-a", &nulled).await;
+    assert_eq!(code, 200, "{kept}");
+    assert_eq!(kept["spec"]["finalizers"], json!(["kubernetes"]));
     assert_eq!(c.get("/api/v1/namespaces/team-a").await.0, 200);
     // `spec: {}` (client-go's empty list, omitted) finalizes too: nothing adds the default
     // finalizer back on an update.

@@ -75,9 +75,9 @@ async fn timed_gets(http: &reqwest::Client, url: &str, n: usize) -> (u64, u64) {
     pct(lat)
 }
 
-/// The apiserver's RSS once the memory freed by what came before is returned: mimalloc purges
-/// freed pages only after a delay (10 s for its arenas), during later allocator activity, so
-/// this keeps a trickle of GETs going for 15 s before reading.
+/// The apiserver's RSS once the memory freed by what came before is returned: mimalloc hands
+/// freed pages back only after a delay (rkube-alloc's purge thread within seconds), so this
+/// keeps a trickle of GETs going for 15 s before reading.
 async fn settled_rss(http: &reqwest::Client, base: &str, pid: u32) -> u64 {
     let until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < until {
