@@ -27,8 +27,25 @@ K8S_PB = "0.7.0"
 ROOTS = [
     "api.core.v1.Namespace", "api.core.v1.Pod", "api.core.v1.Node", "api.core.v1.Event",
     "api.core.v1.ConfigMap", "api.core.v1.Secret", "api.core.v1.Service", "api.core.v1.ServiceAccount",
-    "api.core.v1.LimitRange", "api.core.v1.ResourceQuota",
+    "api.core.v1.LimitRange", "api.core.v1.ResourceQuota", "api.core.v1.Endpoints",
+    "api.core.v1.PersistentVolumeClaim", "api.core.v1.PersistentVolume", "api.core.v1.PodTemplate",
+    "api.core.v1.ReplicationController",
     "api.core.v1.Binding", "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet",
+    "api.apps.v1.StatefulSet", "api.apps.v1.DaemonSet", "api.apps.v1.ControllerRevision",
+    "api.batch.v1.Job", "api.batch.v1.CronJob", "api.autoscaling.v2.HorizontalPodAutoscaler",
+    "api.policy.v1.PodDisruptionBudget", "api.discovery.v1.EndpointSlice", "api.events.v1.Event",
+    "api.networking.v1.Ingress", "api.networking.v1.IngressClass", "api.networking.v1.NetworkPolicy",
+    "api.networking.v1.ServiceCIDR", "api.networking.v1.IPAddress",
+    "api.storage.v1.StorageClass", "api.storage.v1.CSIDriver", "api.storage.v1.CSINode",
+    "api.storage.v1.VolumeAttachment", "api.storage.v1.CSIStorageCapacity",
+    "api.scheduling.v1.PriorityClass", "api.node.v1.RuntimeClass",
+    "api.certificates.v1.CertificateSigningRequest",
+    "api.admissionregistration.v1.MutatingWebhookConfiguration",
+    "api.admissionregistration.v1.ValidatingWebhookConfiguration",
+    "api.admissionregistration.v1.ValidatingAdmissionPolicy",
+    "api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
+    "api.authentication.v1.TokenReview", "api.authentication.v1.TokenRequest",
+    "api.authorization.v1.SubjectAccessReview", "api.authorization.v1.LocalSubjectAccessReview",
     "api.coordination.v1.Lease", "api.rbac.v1.Role", "api.rbac.v1.RoleBinding",
     "api.rbac.v1.ClusterRole", "api.rbac.v1.ClusterRoleBinding", "api.policy.v1.Eviction",
     "api.autoscaling.v1.Scale", "apimachinery.pkg.apis.meta.v1.DeleteOptions",
@@ -42,6 +59,7 @@ SPECIAL = {
     "apimachinery.pkg.apis.meta.v1.Duration", "apimachinery.pkg.apis.meta.v1.FieldsV1",
     "apimachinery.pkg.api.resource.Quantity", "apimachinery.pkg.util.intstr.IntOrString",
     "apimachinery.pkg.runtime.RawExtension", "api.authentication.v1.ExtraValue",
+    "api.certificates.v1.ExtraValue", "api.authorization.v1.ExtraValue",
 }
 SCALARS = {"string": "s", "bool": "b", "int32": "i32", "int64": "i64", "double": "d", "bytes": "y"}
 
@@ -123,6 +141,16 @@ def json_names(openapi, message):
     return {j.lower(): j for j in re.findall(r'"([A-Za-z0-9$_-]+)" => Field::Key_\w+,', open(path).read())}
 
 
+def covered(messages, ref, names, depth=0):
+    """Whether every field of `ref` is a JSON field of `names`, directly or through an embedded
+    message of its own (admission rules embed two levels deep)."""
+    if ref not in messages or depth > 3:
+        return False
+    return all(r.replace("_", "").lower() in names
+               or (k == "m" and covered(messages, sub, names, depth + 1))
+               for _, r, k, sub in messages[ref])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--k8s-pb")
@@ -148,8 +176,7 @@ def main():
         out.append(f"message {name}")
         for tag, rust, kind, ref in sorted(messages[name]):
             json_name = names.get(rust.replace("_", "").lower())
-            if json_name is None and kind == "m" and ref in messages and all(
-                    r.replace("_", "").lower() in names for _, r, _, _ in messages[ref]):
+            if json_name is None and kind == "m" and covered(messages, ref, names):
                 json_name = "-"  # an embedded Go struct (`json:",inline"`): its fields sit in ours
                 inlined_in[ref] = name
             if json_name is None:

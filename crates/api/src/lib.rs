@@ -7,7 +7,9 @@ pub use k8s_openapi as k8s;
 
 pub mod authz;
 pub mod bounds;
+pub mod cidr;
 pub mod continue_token;
+pub mod cron;
 pub mod decode;
 pub mod fields;
 pub mod fuzz;

@@ -78,254 +78,60 @@ macro_rules! res {
     };
 }
 
+/// One row per served resource, one line each.
+#[rustfmt::skip]
 pub const RESOURCES: &[ResourceDef] = &[
-    res!(
-        "",
-        "v1",
-        "Namespace",
-        "namespaces",
-        "namespace",
-        false,
-        &["ns"],
-        &["status", "finalize"],
-        &[],
-        "namespaces",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "Pod",
-        "pods",
-        "pod",
-        true,
-        &["po"],
-        &["status", "binding", "eviction", "log"],
-        &["all"],
-        "pods",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "Node",
-        "nodes",
-        "node",
-        false,
-        &["no"],
-        &["status"],
-        &[],
-        "minions",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "Event",
-        "events",
-        "event",
-        true,
-        &["ev"],
-        &[],
-        &[],
-        "events",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "ConfigMap",
-        "configmaps",
-        "configmap",
-        true,
-        &["cm"],
-        &[],
-        &[],
-        "configmaps",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "Secret",
-        "secrets",
-        "secret",
-        true,
-        &[],
-        &[],
-        &[],
-        "secrets",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "Service",
-        "services",
-        "service",
-        true,
-        &["svc"],
-        &["status"],
-        &["all"],
-        "services/specs",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "ServiceAccount",
-        "serviceaccounts",
-        "serviceaccount",
-        true,
-        &["sa"],
-        &[],
-        &[],
-        "serviceaccounts",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "LimitRange",
-        "limitranges",
-        "limitrange",
-        true,
-        &["limits"],
-        &[],
-        &[],
-        "limitranges",
-        true
-    ),
-    res!(
-        "",
-        "v1",
-        "ResourceQuota",
-        "resourcequotas",
-        "resourcequota",
-        true,
-        &["quota"],
-        &["status"],
-        &[],
-        "resourcequotas",
-        true
-    ),
-    res!(
-        "apps",
-        "v1",
-        "Deployment",
-        "deployments",
-        "deployment",
-        true,
-        &["deploy"],
-        &["status", "scale"],
-        &["all"],
-        "deployments",
-        true
-    ),
-    res!(
-        "apps",
-        "v1",
-        "ReplicaSet",
-        "replicasets",
-        "replicaset",
-        true,
-        &["rs"],
-        &["status", "scale"],
-        &["all"],
-        "replicasets",
-        true
-    ),
-    res!(
-        "coordination.k8s.io",
-        "v1",
-        "Lease",
-        "leases",
-        "lease",
-        true,
-        &[],
-        &[],
-        &[],
-        "leases",
-        true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "Role",
-        "roles",
-        "role",
-        true,
-        &[],
-        &[],
-        &[],
-        "roles",
-        true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "rolebindings",
-        "rolebinding",
-        true,
-        &[],
-        &[],
-        &[],
-        "rolebindings",
-        true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "clusterroles",
-        "clusterrole",
-        false,
-        &[],
-        &[],
-        &[],
-        "clusterroles",
-        true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        "clusterrolebinding",
-        false,
-        &[],
-        &[],
-        &[],
-        "clusterrolebindings",
-        true
-    ),
-    res!(
-        "flowcontrol.apiserver.k8s.io",
-        "v1",
-        "FlowSchema",
-        "flowschemas",
-        "flowschema",
-        false,
-        &[],
-        &["status"],
-        &[],
-        "flowschemas",
-        true
-    ),
-    res!(
-        "flowcontrol.apiserver.k8s.io",
-        "v1",
-        "PriorityLevelConfiguration",
-        "prioritylevelconfigurations",
-        "prioritylevelconfiguration",
-        false,
-        &[],
-        &["status"],
-        &[],
-        "prioritylevelconfigurations",
-        true
-    ),
+    res!("", "v1", "Namespace", "namespaces", "namespace", false, &["ns"], &["status", "finalize"], &[], "namespaces", true),
+    res!("", "v1", "Pod", "pods", "pod", true, &["po"], &["status", "binding", "eviction", "log"], &["all"], "pods", true),
+    res!("", "v1", "Node", "nodes", "node", false, &["no"], &["status"], &[], "minions", true),
+    res!("", "v1", "Event", "events", "event", true, &["ev"], &[], &[], "events", true),
+    res!("", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"], &[], &[], "configmaps", true),
+    res!("", "v1", "Secret", "secrets", "secret", true, &[], &[], &[], "secrets", true),
+    res!("", "v1", "Service", "services", "service", true, &["svc"], &["status"], &["all"], "services/specs", true),
+    res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &[], &[], "serviceaccounts", true),
+    res!("", "v1", "LimitRange", "limitranges", "limitrange", true, &["limits"], &[], &[], "limitranges", true),
+    res!("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], &["status"], &[], "resourcequotas", true),
+    res!("", "v1", "Endpoints", "endpoints", "endpoints", true, &["ep"], &[], &[], "services/endpoints", true),
+    res!("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", true, &["pvc"], &["status"], &[], "persistentvolumeclaims", true),
+    res!("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", false, &["pv"], &["status"], &[], "persistentvolumes", true),
+    res!("", "v1", "PodTemplate", "podtemplates", "podtemplate", true, &[], &[], &[], "podtemplates", true),
+    res!("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", true, &["rc"], &["status", "scale"], &["all"], "controllers", true),
+    res!("apps", "v1", "Deployment", "deployments", "deployment", true, &["deploy"], &["status", "scale"], &["all"], "deployments", true),
+    res!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true, &["rs"], &["status", "scale"], &["all"], "replicasets", true),
+    res!("apps", "v1", "StatefulSet", "statefulsets", "statefulset", true, &["sts"], &["status", "scale"], &["all"], "statefulsets", true),
+    res!("apps", "v1", "DaemonSet", "daemonsets", "daemonset", true, &["ds"], &["status"], &["all"], "daemonsets", true),
+    res!("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", true, &[], &[], &[], "controllerrevisions", true),
+    res!("batch", "v1", "Job", "jobs", "job", true, &[], &["status"], &["all"], "jobs", true),
+    res!("batch", "v1", "CronJob", "cronjobs", "cronjob", true, &["cj"], &["status"], &["all"], "cronjobs", true),
+    res!("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true, &["hpa"], &["status"], &["all"], "horizontalpodautoscalers", true),
+    res!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", true, &["pdb"], &["status"], &[], "poddisruptionbudgets", true),
+    res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, &[], &[], &[], "leases", true),
+    res!("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", true, &[], &[], &[], "endpointslices", true),
+    res!("events.k8s.io", "v1", "Event", "events", "event", true, &["ev"], &[], &[], "events", true),
+    res!("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", true, &["ing"], &["status"], &[], "ingress", true),
+    res!("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", false, &[], &[], &[], "ingressclasses", true),
+    res!("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", true, &["netpol"], &[], &[], "networkpolicies", true),
+    res!("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", "servicecidr", false, &[], &["status"], &[], "servicecidrs", true),
+    res!("networking.k8s.io", "v1", "IPAddress", "ipaddresses", "ipaddress", false, &["ip"], &[], &[], "ipaddresses", true),
+    res!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", false, &["sc"], &[], &[], "storageclasses", true),
+    res!("storage.k8s.io", "v1", "CSIDriver", "csidrivers", "csidriver", false, &[], &[], &[], "csidrivers", true),
+    res!("storage.k8s.io", "v1", "CSINode", "csinodes", "csinode", false, &[], &[], &[], "csinodes", true),
+    res!("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", "volumeattachment", false, &[], &["status"], &[], "volumeattachments", true),
+    res!("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", "csistoragecapacity", true, &[], &[], &[], "csistoragecapacities", true),
+    res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false, &["pc"], &[], &[], "priorityclasses", true),
+    res!("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", false, &[], &[], &[], "runtimeclasses", true),
+    res!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", false, &["csr"], &["status", "approval"], &[], "certificatesigningrequests", true),
+    res!("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", false, &[], &[], &["api-extensions"], "mutatingwebhookconfigurations", true),
+    res!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", false, &[], &[], &["api-extensions"], "validatingwebhookconfigurations", true),
+    res!("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", "validatingadmissionpolicy", false, &[], &["status"], &["api-extensions"], "validatingadmissionpolicies", true),
+    res!("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", false, &[], &[], &["api-extensions"], "validatingadmissionpolicybindings", true),
+    res!("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", false, &[], &["status"], &["api-extensions"], "apiregistration.k8s.io/apiservices", true),
+    res!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, &[], &[], &[], "roles", true),
+    res!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, &[], &[], &[], "rolebindings", true),
+    res!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false, &[], &[], &[], "clusterroles", true),
+    res!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, &[], &[], &[], "clusterrolebindings", true),
+    res!("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", "flowschema", false, &[], &["status"], &[], "flowschemas", true),
+    res!("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration", "prioritylevelconfigurations", "prioritylevelconfiguration", false, &[], &["status"], &[], "prioritylevelconfigurations", true),
 ];
 
 /// The resource served at `group`/`version` under `plural`.
@@ -342,48 +148,17 @@ pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceDef> 
         .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
-/// Resources answered on the spot and never stored (create only): the access reviews
-/// `kubectl auth can-i` sends, and the SelfSubjectReview of `kubectl auth whoami`. Their `storage_prefix` is empty.
+/// Resources answered on the spot and never stored (create only): token reviews, the access
+/// reviews (`kubectl auth can-i` sends the self ones) and the SelfSubjectReview of `kubectl auth
+/// whoami`. Their `storage_prefix` is empty.
+#[rustfmt::skip]
 pub const REVIEWS: &[ResourceDef] = &[
-    res!(
-        "authorization.k8s.io",
-        "v1",
-        "SelfSubjectAccessReview",
-        "selfsubjectaccessreviews",
-        "selfsubjectaccessreview",
-        false,
-        &[],
-        &[],
-        &[],
-        "",
-        false
-    ),
-    res!(
-        "authorization.k8s.io",
-        "v1",
-        "SelfSubjectRulesReview",
-        "selfsubjectrulesreviews",
-        "selfsubjectrulesreview",
-        false,
-        &[],
-        &[],
-        &[],
-        "",
-        false
-    ),
-    res!(
-        "authentication.k8s.io",
-        "v1",
-        "SelfSubjectReview",
-        "selfsubjectreviews",
-        "selfsubjectreview",
-        false,
-        &[],
-        &[],
-        &[],
-        "",
-        false
-    ),
+    res!("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview", false, &[], &[], &[], "", false),
+    res!("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", false, &[], &[], &[], "", false),
+    res!("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", "localsubjectaccessreview", true, &[], &[], &[], "", false),
+    res!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false, &[], &[], &[], "", false),
+    res!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview", false, &[], &[], &[], "", false),
+    res!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", false, &[], &[], &[], "", false),
 ];
 
 /// Every stored and review resource, for discovery.
@@ -395,6 +170,11 @@ pub fn discoverable() -> impl Iterator<Item = &'static ResourceDef> {
 pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
     if r.storage_prefix.is_empty() {
         &["create"]
+    } else if r.group.is_empty() && r.plural == "namespaces" {
+        // Upstream's namespace storage has no DeleteCollection.
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
     } else {
         &[
             "create",
@@ -412,7 +192,8 @@ pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
 /// The verbs a subresource serves (what discovery lists and the apiserver dispatches).
 pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
     match sub {
-        "status" | "scale" => &["get", "patch", "update"],
+        "status" | "scale" | "approval" => &["get", "patch", "update"],
+        "token" => &["create"],
         "binding" | "eviction" => &["create"],
         "log" => &["get"],
         "finalize" => &["update"],

@@ -111,13 +111,16 @@ impl Auth {
             .map(str::trim);
         match bearer {
             Some(token) => self
-                .tokens
-                .get(token)
-                .cloned()
+                .authenticate_token(token)
                 .ok_or_else(ApiError::unauthorized),
             None if self.anonymous => Ok(UserInfo::anonymous()),
             None => Err(ApiError::unauthorized()),
         }
+    }
+
+    /// The user a bearer token stands for, if any (requests and TokenReviews alike).
+    pub fn authenticate_token(&self, token: &str) -> Option<UserInfo> {
+        self.tokens.get(token).cloned()
     }
 
     /// The `--authorization-mode` chain's verdict: Ok, or the reason of a Deny ("" when

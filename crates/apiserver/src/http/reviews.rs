@@ -1,7 +1,10 @@
 //! Reviews answered on the spot and never stored: `SelfSubjectAccessReview` (what `kubectl auth
 //! can-i` sends) and `SelfSubjectRulesReview` (`kubectl auth can-i --list`), answered by the
-//! `--authorization-mode` chain for the user who asks, and `SelfSubjectReview` (`kubectl auth
-//! whoami`): who the authenticators made of the request.
+//! `--authorization-mode` chain for the user who asks; `SubjectAccessReview` and
+//! `LocalSubjectAccessReview`, the same question for the user the spec names (webhook
+//! authorizers and `kubectl auth can-i --as` ask it); `TokenReview`, whom a bearer token stands
+//! for; and `SelfSubjectReview` (`kubectl auth whoami`): who the authenticators made of the
+//! request.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -27,13 +30,19 @@ pub async fn serve(
         .to_string();
     let raw = super::body::read_body(req.into_body()).await?;
     let (_, review) = super::body::read_object(&content_type, raw)?;
-    answer(def, info.verb, review, &state.auth, user)
+    let namespace = info
+        .resource
+        .as_ref()
+        .and_then(|r| r.namespace.clone())
+        .unwrap_or_default();
+    answer(def, info.verb, &namespace, review, &state.auth, user)
 }
 
 /// Answers a review (`create` only) with its `status` filled in.
 pub fn answer(
     def: &ResourceDef,
     verb: &str,
+    namespace: &str,
     mut review: Value,
     auth: &Auth,
     user: &UserInfo,
@@ -62,12 +71,37 @@ pub fn answer(
             }
             json!({ "userInfo": info })
         }
-        "selfsubjectaccessreviews" => {
-            let attrs = review_attributes(&spec)?;
-            match auth.authorize(user, &attrs) {
-                Ok(()) => json!({"allowed": true}),
-                Err(why) if why.is_empty() => json!({"allowed": false}),
-                Err(why) => json!({"allowed": false, "denied": true, "reason": why}),
+        "selfsubjectaccessreviews" => access(auth, user, &review_attributes(def, &spec)?),
+        "subjectaccessreviews" | "localsubjectaccessreviews" => {
+            let attrs = review_attributes(def, &spec)?;
+            if def.namespaced && attrs.namespace != namespace {
+                return Err(ApiError::invalid(
+                    def.group,
+                    def.kind,
+                    "",
+                    vec![rkube_api::StatusCause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!(
+                            "Invalid value: {:?}: must match metadata.namespace",
+                            attrs.namespace
+                        ),
+                        field: "spec.resourceAttributes.namespace".into(),
+                    }],
+                ));
+            }
+            access(auth, &subject(def, &spec)?, &attrs)
+        }
+        "tokenreviews" => {
+            let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
+            match auth.authenticate_token(token) {
+                Some(u) => {
+                    let mut info = json!({"username": u.name, "groups": u.groups});
+                    if !u.uid.is_empty() {
+                        info["uid"] = json!(u.uid);
+                    }
+                    json!({"authenticated": true, "user": info, "audiences": spec.get("audiences").cloned().unwrap_or(json!([]))})
+                }
+                None => json!({"user": {}, "error": "invalid bearer token"}),
             }
         }
         _ => {
@@ -83,8 +117,54 @@ pub fn answer(
     Ok(super::json_value(StatusCode::CREATED, &review))
 }
 
-/// The attributes a SelfSubjectAccessReview asks about.
-fn review_attributes(spec: &Value) -> Result<Attributes, ApiError> {
+/// An access review's answer for `user`.
+fn access(auth: &Auth, user: &UserInfo, attrs: &Attributes) -> Value {
+    match auth.authorize(user, attrs) {
+        Ok(()) => json!({"allowed": true}),
+        Err(why) if why.is_empty() => json!({"allowed": false}),
+        Err(why) => json!({"allowed": false, "denied": true, "reason": why}),
+    }
+}
+
+/// The user a (Local)SubjectAccessReview asks about: `spec.user` or `spec.groups`, one needed.
+fn subject(def: &ResourceDef, spec: &Value) -> Result<UserInfo, ApiError> {
+    let s = |k: &str| {
+        spec.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let groups: Vec<String> = spec
+        .get("groups")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    if s("user").is_empty() && groups.is_empty() {
+        return Err(ApiError::invalid(
+            def.group,
+            def.kind,
+            "",
+            vec![rkube_api::StatusCause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value: at least one of user or group must be specified".into(),
+                field: "spec.user".into(),
+            }],
+        ));
+    }
+    Ok(UserInfo {
+        name: s("user"),
+        uid: s("uid"),
+        groups,
+    })
+}
+
+/// The attributes an access review asks about.
+fn review_attributes(def: &ResourceDef, spec: &Value) -> Result<Attributes, ApiError> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     if let Some(r) = spec.get("resourceAttributes") {
         return Ok(Attributes {
@@ -106,8 +186,8 @@ fn review_attributes(spec: &Value) -> Result<Attributes, ApiError> {
         });
     }
     Err(ApiError::invalid(
-        "authorization.k8s.io",
-        "SelfSubjectAccessReview",
+        def.group,
+        def.kind,
         "",
         vec![rkube_api::StatusCause {
             reason: "FieldValueRequired".into(),

@@ -144,7 +144,7 @@ impl Strategy for ReplicaSet {
     }
 }
 
-fn selector_immutable(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
+pub fn selector_immutable(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
     if new.pointer("/spec/selector") != old.pointer("/spec/selector") {
         causes.push(StatusCause::invalid_raw(
             "spec.selector",

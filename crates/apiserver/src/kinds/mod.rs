@@ -7,19 +7,31 @@
 //!
 //! Strategies are pure functions over JSON objects; the registry calls them and does the I/O.
 
+pub mod admissionregistration;
+pub mod apiregistration;
 pub mod apps;
+pub mod autoscaling;
+pub mod batch;
+pub mod certificates;
 pub mod config;
+pub mod endpoints;
 pub mod event;
 pub mod flowcontrol;
 pub mod lease;
 pub mod namespace;
+pub mod networking;
 pub mod node;
 pub mod pod;
 pub mod podspec;
+pub mod podtemplate;
+pub mod policy;
 pub mod print;
 pub mod quota;
 pub mod rbac;
+pub mod scheduling;
 pub mod service;
+pub mod sets;
+pub mod storage;
 
 use rkube_api::strategic::Lists;
 use rkube_api::validation as v;
@@ -52,6 +64,15 @@ pub trait Strategy: Send + Sync {
 
     fn name_rule(&self) -> NameRule {
         NameRule::Subdomain
+    }
+
+    /// A stored object as this resource serves it, when the resource is a view of another
+    /// version's storage (events.k8s.io Events are stored as core Events).
+    fn from_storage(&self, _obj: &mut Value) {}
+
+    /// The storage form of an object of this resource; None when it is stored as served.
+    fn to_storage(&self, _obj: &Value) -> Option<Value> {
+        None
     }
 
     /// Upstream's defaulting (`SetDefaults_*`), on every create and update.
@@ -200,6 +221,7 @@ pub fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(
 }
 
 /// Every served kind: (API group, kind, strategy). One row per kind.
+#[rustfmt::skip]
 pub static KINDS: &[(&str, &str, &dyn Strategy)] = &[
     ("", "Namespace", &namespace::Namespace),
     ("", "Pod", &pod::Pod),
@@ -211,35 +233,47 @@ pub static KINDS: &[(&str, &str, &dyn Strategy)] = &[
     ("", "ServiceAccount", &service::ServiceAccount),
     ("", "LimitRange", &quota::LimitRange),
     ("", "ResourceQuota", &quota::ResourceQuota),
+    ("", "Endpoints", &endpoints::Endpoints),
+    ("", "PersistentVolumeClaim", &storage::PersistentVolumeClaim),
+    ("", "PersistentVolume", &storage::PersistentVolume),
+    ("", "PodTemplate", &podtemplate::PodTemplate),
+    ("", "ReplicationController", &podtemplate::ReplicationController),
     ("apps", "Deployment", &apps::Deployment),
     ("apps", "ReplicaSet", &apps::ReplicaSet),
+    ("apps", "StatefulSet", &sets::StatefulSet),
+    ("apps", "DaemonSet", &sets::DaemonSet),
+    ("apps", "ControllerRevision", &sets::ControllerRevision),
+    ("batch", "Job", &batch::Job),
+    ("batch", "CronJob", &batch::CronJob),
+    ("autoscaling", "HorizontalPodAutoscaler", &autoscaling::HorizontalPodAutoscaler),
+    ("policy", "PodDisruptionBudget", &policy::PodDisruptionBudget),
     ("coordination.k8s.io", "Lease", &lease::Lease),
+    ("discovery.k8s.io", "EndpointSlice", &endpoints::EndpointSlice),
+    ("events.k8s.io", "Event", &event::EventsV1),
+    ("networking.k8s.io", "Ingress", &networking::Ingress),
+    ("networking.k8s.io", "IngressClass", &networking::IngressClass),
+    ("networking.k8s.io", "NetworkPolicy", &networking::NetworkPolicy),
+    ("networking.k8s.io", "ServiceCIDR", &networking::ServiceCidr),
+    ("networking.k8s.io", "IPAddress", &networking::IpAddress),
+    ("storage.k8s.io", "StorageClass", &storage::StorageClass),
+    ("storage.k8s.io", "CSIDriver", &storage::CsiDriver),
+    ("storage.k8s.io", "CSINode", &storage::CsiNode),
+    ("storage.k8s.io", "VolumeAttachment", &storage::VolumeAttachment),
+    ("storage.k8s.io", "CSIStorageCapacity", &storage::CsiStorageCapacity),
+    ("scheduling.k8s.io", "PriorityClass", &scheduling::PriorityClass),
+    ("node.k8s.io", "RuntimeClass", &scheduling::RuntimeClass),
+    ("certificates.k8s.io", "CertificateSigningRequest", &certificates::CertificateSigningRequest),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration", &admissionregistration::MutatingWebhookConfiguration),
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", &admissionregistration::ValidatingWebhookConfiguration),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy", &admissionregistration::ValidatingAdmissionPolicy),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding", &admissionregistration::ValidatingAdmissionPolicyBinding),
+    ("apiregistration.k8s.io", "APIService", &apiregistration::ApiService),
     ("rbac.authorization.k8s.io", "Role", &rbac::Role),
-    (
-        "rbac.authorization.k8s.io",
-        "RoleBinding",
-        &rbac::RoleBinding,
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "ClusterRole",
-        &rbac::ClusterRole,
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "ClusterRoleBinding",
-        &rbac::ClusterRoleBinding,
-    ),
-    (
-        "flowcontrol.apiserver.k8s.io",
-        "FlowSchema",
-        &flowcontrol::FlowSchema,
-    ),
-    (
-        "flowcontrol.apiserver.k8s.io",
-        "PriorityLevelConfiguration",
-        &flowcontrol::PriorityLevelConfiguration,
-    ),
+    ("rbac.authorization.k8s.io", "RoleBinding", &rbac::RoleBinding),
+    ("rbac.authorization.k8s.io", "ClusterRole", &rbac::ClusterRole),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding", &rbac::ClusterRoleBinding),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema", &flowcontrol::FlowSchema),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration", &flowcontrol::PriorityLevelConfiguration),
 ];
 
 /// The strategy of a served resource.
@@ -373,6 +407,16 @@ fn diff_fields(
 pub fn set_default(obj: &mut Value, ptr: &str, value: Value) {
     if obj.pointer(ptr).is_none() {
         set_at(obj, ptr, value);
+    }
+}
+
+/// Removes what is at `ptr`, if anything.
+pub fn remove_at(obj: &mut Value, ptr: &str) {
+    let Some((parent, last)) = ptr.rsplit_once('/') else {
+        return;
+    };
+    if let Some(m) = obj.pointer_mut(parent).and_then(Value::as_object_mut) {
+        m.remove(last);
     }
 }
 

@@ -87,6 +87,11 @@ pub fn age_at(obj: &Value, ptr: &str, now: i64) -> String {
     since(&s(obj, ptr), now)
 }
 
+/// Seconds since the epoch of an RFC 3339 timestamp.
+pub fn parse_time(ts: &str) -> Option<i64> {
+    meta::parse_rfc3339(ts)
+}
+
 fn since(ts: &str, now: i64) -> String {
     match meta::parse_rfc3339(ts) {
         Some(t) => human_duration(now.saturating_sub(t)),

@@ -106,6 +106,22 @@ impl Registry {
         ApiError::invalid(self.def.group, self.def.kind, meta::name(obj), causes)
     }
 
+    /// A stored value as this resource serves it: resourceVersion stamped, converted from the
+    /// storage version when this resource is another version's view (events.k8s.io Events).
+    pub fn decode(&self, s: &crate::storage::Stored) -> Result<Value, ApiError> {
+        let mut v = crate::storage::decode(s)?;
+        self.strategy.from_storage(&mut v);
+        Ok(v)
+    }
+
+    /// An object's stored bytes, converted to the storage version first where needed.
+    pub fn encode(&self, obj: &Value) -> Vec<u8> {
+        match self.strategy.to_storage(obj) {
+            Some(stored) => crate::storage::encode(&stored),
+            None => crate::storage::encode(obj),
+        }
+    }
+
     /// Undeclared fields of an object of this kind, as strict decoding reports them (at most
     /// `limit`).
     pub fn unknown_fields(&self, obj: &Value, limit: usize) -> Vec<String> {

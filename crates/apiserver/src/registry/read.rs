@@ -11,7 +11,7 @@ use rkube_api::{ApiError, ListOptions};
 use super::{ListResult, Registry};
 use crate::cache::object::{CachedObject, Filter};
 use crate::cache::{Cacher, Start, WatchSpec, WatchStream};
-use crate::storage::{decode, storage_error};
+use crate::storage::storage_error;
 
 /// How long reads wait for the cache to reach a requested resourceVersion.
 const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -44,7 +44,7 @@ impl Registry {
         }
         let (stored, _) = self.storage.get(&key).await.map_err(self.serr("get"))?;
         let s = stored.ok_or_else(|| ApiError::not_found(&self.gr(), name))?;
-        let v = decode(&s)?;
+        let v = self.decode(&s)?;
         Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
     }
 

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::admit::{Admit, Attributes, Operation};
 use super::{Decision, Deleted, Registry};
-use crate::storage::{decode, encode, Cas};
+use crate::storage::Cas;
 
 /// How a write is made: by whom (the field manager), with which admission, and whether it is
 /// a dry run.
@@ -225,7 +225,7 @@ impl Registry {
             let key = self.key(ns, meta::name(&obj));
             match self
                 .storage
-                .create(&key, encode(&obj), lease)
+                .create(&key, self.encode(&obj), lease)
                 .await
                 .map_err(self.serr("create"))?
             {
@@ -245,7 +245,7 @@ impl Registry {
                     let (existing, _) =
                         self.storage.get(&key).await.map_err(self.serr("create"))?;
                     let deleting = existing
-                        .and_then(|s| decode(&s).ok())
+                        .and_then(|s| self.decode(&s).ok())
                         .is_some_and(|v| meta::deletion_timestamp(&v).is_some());
                     return Err(if deleting {
                         ApiError::already_exists_being_deleted(&self.gr(), name)
@@ -289,7 +289,7 @@ impl Registry {
             let Some(cur_s) = stored.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
-            let cur = decode(&cur_s)?;
+            let cur = self.decode(&cur_s)?;
             let decision = try_update(&cur)?;
             match self.commit(&key, &cur_s, cur, decision, dry_run).await? {
                 Ok(done) => return Ok(done),
@@ -310,7 +310,7 @@ impl Registry {
     ) -> Result<Result<(Value, bool), Option<crate::storage::Stored>>, ApiError> {
         match decision {
             Decision::Write(new) => {
-                let bytes = encode(&new);
+                let bytes = self.encode(&new);
                 if bytes == cur_s.value || dry_run {
                     return Ok(Ok((if dry_run { new } else { cur }, false)));
                 }
@@ -371,7 +371,7 @@ impl Registry {
             let Some(cur_s) = stored.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
-            let cur = decode(&cur_s)?;
+            let cur = self.decode(&cur_s)?;
             let mut new = build(&cur)?;
             self.check_identity(ns, name, &cur, &mut new)?;
             w.admit.mutate(&attrs, &mut new, Some(&cur)).await?;
@@ -668,7 +668,7 @@ impl Registry {
             let Some(cur_s) = stored.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
-            let cur = decode(&cur_s)?;
+            let cur = self.decode(&cur_s)?;
             if !admitted {
                 w.admit.validate(&attrs, &cur, None).await?;
                 admitted = true;

@@ -5,5 +5,6 @@ mod admission;
 mod api;
 mod auth;
 mod harness;
+mod kinds;
 mod tls;
 mod watch;
