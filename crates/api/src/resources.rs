@@ -148,11 +148,13 @@ pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceDef> 
         .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
-/// Resources answered on the spot and never stored (create only): token reviews, the access
-/// reviews (`kubectl auth can-i` sends the self ones) and the SelfSubjectReview of `kubectl auth
-/// whoami`. Their `storage_prefix` is empty.
+/// Resources answered on the spot and never stored: `bindings` (create), `componentstatuses`
+/// (read-only), token reviews, the access reviews (`kubectl auth can-i` sends the self ones)
+/// and the SelfSubjectReview of `kubectl auth whoami`. Their `storage_prefix` is empty.
 #[rustfmt::skip]
 pub const REVIEWS: &[ResourceDef] = &[
+    res!("", "v1", "Binding", "bindings", "binding", true, &[], &[], &[], "", false),
+    res!("", "v1", "ComponentStatus", "componentstatuses", "componentstatus", false, &["cs"], &[], &[], "", false),
     res!("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview", false, &[], &[], &[], "", false),
     res!("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", false, &[], &[], &[], "", false),
     res!("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", "localsubjectaccessreview", true, &[], &[], &[], "", false),
@@ -168,7 +170,9 @@ pub fn discoverable() -> impl Iterator<Item = &'static ResourceDef> {
 
 /// The verbs a resource serves.
 pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
-    if r.storage_prefix.is_empty() {
+    if r.plural == "componentstatuses" {
+        &["get", "list"]
+    } else if r.storage_prefix.is_empty() {
         &["create"]
     } else if r.group.is_empty() && r.plural == "namespaces" {
         // Upstream's namespace storage has no DeleteCollection.

@@ -19,6 +19,7 @@ pub mod pki;
 pub mod reconcile;
 pub mod registry;
 pub mod request;
+pub mod services;
 pub mod storage;
 pub mod tls;
 
@@ -85,6 +86,12 @@ pub struct Config {
     /// What clients may hold: connections, and how long heads, idle connections and blocked
     /// writes may take.
     pub limits: rkube_daemon::serve::Limits,
+    /// `--service-cluster-ip-range` and `--service-node-port-range`.
+    pub services: services::ServiceConfig,
+    /// What the `kubernetes` Service's endpoints list for this apiserver.
+    pub advertise_address: Option<std::net::IpAddr>,
+    /// How often cluster IP and node port allocations are repaired.
+    pub allocation_repair_interval: Duration,
 }
 
 impl Config {
@@ -105,6 +112,9 @@ impl Config {
             enable_admission_plugins: Vec::new(),
             disable_admission_plugins: Vec::new(),
             default_toleration_seconds: (300, 300),
+            services: services::ServiceConfig::default(),
+            advertise_address: None,
+            allocation_repair_interval: Duration::from_secs(30),
             priority_and_fairness: false,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
@@ -232,6 +242,7 @@ pub async fn run(
     register_gauges(&registry, &caches);
     let registries = Arc::new(registries);
     bootstrap_namespaces(&registries).await?;
+    start_services(&config, &registries, &storage, &listener, &shutdown).await?;
     let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
     let admission = Arc::new(admission::Admission::new(
         plugins,
@@ -286,6 +297,18 @@ pub async fn run(
         )
         .await?;
     }
+    bootstrap(
+        &registries,
+        "scheduling.k8s.io",
+        [("priorityclasses", kinds::scheduling::system_classes())],
+    )
+    .await?;
+    bootstrap(
+        &registries,
+        "apiregistration.k8s.io",
+        [("apiservices", kinds::apiregistration::local_services())],
+    )
+    .await?;
     if config.priority_and_fairness {
         bootstrap(
             &registries,
@@ -411,6 +434,51 @@ const OWN_WRITE: registry::Write<'static> = registry::Write {
     manager: Some("rkube-apiserver"),
     verb: "create",
 };
+
+/// Services' allocation (hooks on the Services registry, the default ServiceCIDR, the repair
+/// loop), the `kubernetes` Service and this apiserver's place in its endpoints.
+async fn start_services(
+    config: &Config,
+    registries: &registry::Registries,
+    storage: &Arc<Storage>,
+    listener: &TcpListener,
+    shutdown: &ShutdownToken,
+) -> anyhow::Result<()> {
+    let alloc = services::Allocator::new(
+        config.services.clone(),
+        registries,
+        storage.clone(),
+        &config.etcd_prefix,
+    )?;
+    let svc = registries
+        .get(&("", "services"))
+        .context("services registry")?;
+    let hooks: Arc<dyn registry::Hooks> = alloc.clone();
+    let _ = svc.hooks.set(hooks);
+    alloc.ips.ensure_default_cidr().await?;
+    let local = listener.local_addr()?;
+    let ip = match config.advertise_address {
+        Some(ip) => ip,
+        None if local.ip().is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        None => local.ip(),
+    };
+    let first = config.services.cluster_ip_ranges[0]
+        .nth(1)
+        .context("the service cluster IP range has no first address")?;
+    services::kubernetes::ensure_service(svc, &first.to_string(), local.port()).await?;
+    let reconciler = services::kubernetes::Reconciler::new(
+        registries,
+        storage.clone(),
+        &config.etcd_prefix,
+        std::net::SocketAddr::new(ip, local.port()),
+    )?;
+    tokio::spawn(reconciler.run(shutdown.clone()));
+    if !config.allocation_repair_interval.is_zero() {
+        let repair = services::repair::Repair::new(alloc, registries)?;
+        tokio::spawn(repair.run(config.allocation_repair_interval, shutdown.clone()));
+    }
+    Ok(())
+}
 
 /// Namespaces every cluster starts with.
 async fn bootstrap_namespaces(registries: &registry::Registries) -> anyhow::Result<()> {

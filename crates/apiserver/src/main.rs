@@ -118,6 +118,17 @@ struct Flags {
     /// at rest, and how.
     #[arg(long)]
     encryption_provider_config: Option<std::path::PathBuf>,
+    /// The ranges cluster IPs are allocated from: one CIDR, or two (one per IP family) for
+    /// dual-stack.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// The ports NodePort Services get.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
+    /// The address the `kubernetes` Service's endpoints list for this apiserver (default: the
+    /// bind address, or 127.0.0.1 when that is unspecified).
+    #[arg(long)]
+    advertise_address: Option<std::net::IpAddr>,
     /// Write an admin kubeconfig for this server here once listening (for kubectl and the
     /// other components).
     #[arg(long)]
@@ -172,6 +183,17 @@ async fn main() -> anyhow::Result<()> {
     config.encryption_config = f.encryption_provider_config.clone();
     config.tls = f.tls.files();
     config.priority_and_fairness = f.enable_priority_and_fairness;
+    config.services = rkube_apiserver::services::ServiceConfig {
+        cluster_ip_ranges: rkube_apiserver::services::ServiceConfig::parse_ranges(
+            &f.service_cluster_ip_range,
+        )
+        .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range: {e}"))?,
+        node_ports: rkube_apiserver::services::ServiceConfig::parse_ports(
+            &f.service_node_port_range,
+        )
+        .map_err(|e| anyhow::anyhow!("--service-node-port-range: {e}"))?,
+    };
+    config.advertise_address = f.advertise_address;
     config.enable_admission_plugins = f.enable_admission_plugins.clone();
     config.disable_admission_plugins = f.disable_admission_plugins.clone();
     config.default_toleration_seconds = (

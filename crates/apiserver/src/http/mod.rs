@@ -4,6 +4,7 @@
 //! non-resource paths; and the one place an `ApiError` becomes a `kind: Status` response.
 
 pub mod body;
+pub mod computed;
 pub mod create;
 pub mod delete;
 pub mod discovery;
@@ -204,11 +205,14 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         .cloned()
         .unwrap_or_else(UserInfo::anonymous);
     if resource.is_review() {
-        let resp = reviews::serve(&state, def, &info, &user, req)
-            .await
-            .unwrap_or_else(|e| error_response(&e));
+        let resp = match def.plural {
+            "bindings" => computed::binding(&state, &info, &user, req).await,
+            "componentstatuses" => computed::component_statuses(&state, &info).await,
+            _ => reviews::serve(&state, def, &info, &user, req).await,
+        }
+        .unwrap_or_else(|e| error_response(&e));
         state.metrics.observe(
-            "create",
+            info.verb,
             def.plural,
             resp.status().as_u16(),
             started.elapsed(),
@@ -234,14 +238,14 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
 }
 
 /// A request header as text ("" when absent or not text).
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
 }
 
-fn scope<'a>(
+pub(crate) fn scope<'a>(
     state: &'a ApiState,
     reg: &'a Arc<Registry>,
     info: &'a RequestInfo,

@@ -87,7 +87,7 @@ fn validate_job_spec(spec: &Value, path: &str, causes: &mut Vec<StatusCause>) {
         .unwrap_or("");
     if !matches!(restart, "OnFailure" | "Never") {
         let field = format!("{path}.template.spec.restartPolicy");
-                // Pod defaulting fills in `Always`, so it reads as missing, as upstream.
+        // Pod defaulting fills in `Always`, so it reads as missing, as upstream.
         causes.push(if restart.is_empty() || restart == "Always" {
             StatusCause {
                 reason: "FieldValueRequired".into(),
@@ -141,7 +141,7 @@ impl Strategy for Job {
                 json!({ "matchLabels": { CONTROLLER_UID: uid } }),
             );
         }
-                set_default(obj, "/spec/template/metadata/labels", json!({}));
+        set_default(obj, "/spec/template/metadata/labels", json!({}));
         let Some(labels) = obj
             .pointer_mut("/spec/template/metadata/labels")
             .and_then(Value::as_object_mut)

@@ -21,6 +21,47 @@ use crate::kinds::Strategy;
 use crate::storage::{storage_error, Storage};
 
 pub use admit::{Admit, Attributes, Operation, Unadmitted};
+
+use futures_util::future::BoxFuture;
+
+/// What a resource does around its storage writes besides its strategy (upstream's
+/// BeginCreate/BeginUpdate/AfterDelete decorators on the generic store): Services take
+/// cluster IPs and node ports before they are stored and give them back when they are not,
+/// or when they are deleted. Called by the registry, implemented in `crate::services`.
+pub trait Hooks: Send + Sync {
+    /// Before the strategy defaults and validates a new object: take what it needs (a dry
+    /// run takes nothing but shows what it would get).
+    fn begin_create<'a>(
+        &'a self,
+        obj: &'a mut Value,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+
+    /// After a create that began: `stored` says whether the object was written; when not,
+    /// what `begin_create` took is given back.
+    fn finish_create<'a>(&'a self, obj: &'a Value, stored: bool) -> BoxFuture<'a, ()>;
+
+    /// Before an update is written (after validation): take what the new object needs that
+    /// the old one did not hold.
+    fn begin_update<'a>(
+        &'a self,
+        old: &'a Value,
+        new: &'a mut Value,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+
+    /// After an update that began: give back what the old object held and the new does not
+    /// (`stored`), or what `begin_update` took (not stored).
+    fn finish_update<'a>(
+        &'a self,
+        old: &'a Value,
+        new: &'a Value,
+        stored: bool,
+    ) -> BoxFuture<'a, ()>;
+
+    /// After the object was removed from storage.
+    fn after_delete<'a>(&'a self, obj: &'a Value) -> BoxFuture<'a, ()>;
+}
 pub use write::{PatchType, Write};
 
 /// What an update closure decided.
@@ -61,6 +102,8 @@ pub struct Registry {
     pub etcd_prefix: String,
     /// TTL of objects of this resource (Events: `--event-ttl`).
     pub ttl: Option<Duration>,
+    /// Work around storage writes (Services' IP and port allocation), set once at startup.
+    pub hooks: std::sync::OnceLock<Arc<dyn Hooks>>,
 }
 
 pub struct ListResult {
@@ -86,6 +129,7 @@ impl Registry {
             cache,
             etcd_prefix: etcd_prefix.to_string(),
             ttl: strategy.expires().then_some(event_ttl),
+            hooks: std::sync::OnceLock::new(),
         }
     }
 

@@ -214,9 +214,33 @@ impl Registry {
             meta::remove_meta(&mut obj, "generation");
         }
         self.strategy.prepare_for_create(&mut obj);
+        let Some(hooks) = self.hooks.get().cloned() else {
+            return self.store_new(ns, obj, &attrs, w, generate, &base).await;
+        };
+        hooks.begin_create(&mut obj, w.dry_run).await?;
+        let taken = obj.clone();
+        let result = self.store_new(ns, obj, &attrs, w, generate, &base).await;
+        if !w.dry_run {
+            hooks.finish_create(&taken, result.is_ok()).await;
+        }
+        result
+    }
+
+    /// The rest of a create once the object is prepared: the strategy's defaults and
+    /// validation, validating admission, then storage.
+    async fn store_new(
+        &self,
+        ns: &str,
+        obj: Value,
+        attrs: &Attributes<'_>,
+        w: Write<'_>,
+        generate: bool,
+        base: &str,
+    ) -> Result<Value, ApiError> {
+        let mut rng = || rand::random::<u64>();
         let mut obj = self.finish_object(obj, None)?;
         self.record_manager(None, &mut obj, w.manager, None);
-        w.admit.validate(&attrs, &obj, None).await?;
+        w.admit.validate(attrs, &obj, None).await?;
         if w.dry_run {
             return Ok(obj);
         }
@@ -340,6 +364,9 @@ impl Registry {
                     .map_err(self.serr("delete"))?
                 {
                     Cas::Done(rev) => {
+                        if let Some(h) = self.hooks.get() {
+                            h.after_delete(&cur).await;
+                        }
                         let mut gone = cur;
                         meta::set_meta(&mut gone, "resourceVersion", json!(rev.to_string()));
                         Ok(Ok((gone, true)))
@@ -375,11 +402,25 @@ impl Registry {
             let mut new = build(&cur)?;
             self.check_identity(ns, name, &cur, &mut new)?;
             w.admit.mutate(&attrs, &mut new, Some(&cur)).await?;
-            let decision = self.prepare_update(&cur, new, subresource, w.manager)?;
-            if let Decision::Write(obj) = &decision {
+            let mut decision = self.prepare_update(&cur, new, subresource, w.manager)?;
+            if let Decision::Write(obj) = &mut decision {
                 w.admit.validate(&attrs, obj, Some(&cur)).await?;
+                if let Some(h) = self.hooks.get() {
+                    h.begin_update(&cur, obj, w.dry_run).await?;
+                }
             }
-            match self.commit(&key, &cur_s, cur, decision, w.dry_run).await? {
+            let began = match (&decision, self.hooks.get()) {
+                (Decision::Write(obj), Some(h)) if !w.dry_run => {
+                    Some((h.clone(), cur.clone(), obj.clone()))
+                }
+                _ => None,
+            };
+            let result = self.commit(&key, &cur_s, cur, decision, w.dry_run).await;
+            if let Some((h, old, new)) = began {
+                h.finish_update(&old, &new, matches!(result, Ok(Ok(_))))
+                    .await;
+            }
+            match result? {
                 Ok(done) => return Ok(done),
                 Err(latest) => stored = latest,
             }

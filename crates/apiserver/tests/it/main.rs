@@ -6,5 +6,6 @@ mod api;
 mod auth;
 mod harness;
 mod kinds;
+mod services;
 mod tls;
 mod watch;
