@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use rkube_client::events::Recorder;
 use rkube_client::informer::{index, key_of};
@@ -27,6 +30,12 @@ pub struct Ctx {
     /// Node heartbeats: Leases in `kube-node-lease`.
     pub node_leases: Arc<Store<Lease>>,
     pub namespaces: Arc<Store<Namespace>>,
+    pub services: Arc<Store<Service>>,
+    pub endpoints: Arc<Store<Endpoints>>,
+    pub endpoint_slices: Arc<Store<EndpointSlice>>,
+    pub service_accounts: Arc<Store<ServiceAccount>>,
+    /// The `kube-root-ca.crt` ConfigMaps only.
+    pub root_ca_maps: Arc<Store<ConfigMap>>,
     informers: std::sync::Mutex<Vec<Starter>>,
 }
 
@@ -37,7 +46,15 @@ fn informer<K: rkube_client::Resource>(
     api: Api<K>,
     metrics: &Registry,
 ) -> (Arc<Store<K>>, Starter) {
-    let inf = Informer::new(api, ListParams::default());
+    informer_with(api, ListParams::default(), metrics)
+}
+
+fn informer_with<K: rkube_client::Resource>(
+    api: Api<K>,
+    params: ListParams,
+    metrics: &Registry,
+) -> (Arc<Store<K>>, Starter) {
+    let inf = Informer::new(api, params);
     export(metrics, K::URL_PATH_SEGMENT, inf.stats());
     let store = inf.store();
     store.add_index(index::OWNER_UID, index::owner_uid::<K>);
@@ -106,6 +123,20 @@ impl Ctx {
         starts.push(s);
         let (namespaces, s) = informer(Api::<Namespace>::all(&client), &metrics);
         starts.push(s);
+        let (services, s) = informer(Api::<Service>::all(&client), &metrics);
+        starts.push(s);
+        let (endpoints, s) = informer(Api::<Endpoints>::all(&client), &metrics);
+        starts.push(s);
+        let (endpoint_slices, s) = informer(Api::<EndpointSlice>::all(&client), &metrics);
+        starts.push(s);
+        let (service_accounts, s) = informer(Api::<ServiceAccount>::all(&client), &metrics);
+        starts.push(s);
+        let (root_ca_maps, s) = informer_with(
+            Api::<ConfigMap>::all(&client),
+            ListParams::default().fields("metadata.name=kube-root-ca.crt"),
+            &metrics,
+        );
+        starts.push(s);
         Arc::new(Ctx {
             client,
             recorder,
@@ -116,6 +147,11 @@ impl Ctx {
             nodes,
             node_leases,
             namespaces,
+            services,
+            endpoints,
+            endpoint_slices,
+            service_accounts,
+            root_ca_maps,
             informers: std::sync::Mutex::new(starts),
         })
     }
@@ -134,5 +170,10 @@ impl Ctx {
         self.nodes.wait_synced().await;
         self.node_leases.wait_synced().await;
         self.namespaces.wait_synced().await;
+        self.services.wait_synced().await;
+        self.endpoints.wait_synced().await;
+        self.endpoint_slices.wait_synced().await;
+        self.service_accounts.wait_synced().await;
+        self.root_ca_maps.wait_synced().await;
     }
 }

@@ -1,5 +1,5 @@
-//! The garbage collector, for the kinds rkube's controllers own (Deployments, ReplicaSets,
-//! Pods): deletes dependents whose owners are gone (background), deletes dependents of an owner
+//! The garbage collector, for the kinds the controllers' informers hold (Deployments,
+//! ReplicaSets, Pods, Services, EndpointSlices): deletes dependents whose owners are gone (background), deletes dependents of an owner
 //! being deleted in the foreground and then lifts its `foregroundDeletion` finalizer, and strips
 //! owner references when an owner is deleted with `orphan`. An owner missing from the cache is
 //! confirmed absent with a live GET before anything is deleted; deletes carry a UID precondition.
@@ -15,11 +15,47 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Ctx;
 use crate::worker::{spawn_workers, Reconciled};
 
-const KINDS: [&str; 3] = ["Deployment", "ReplicaSet", "Pod"];
+/// One kind the collector sees, through its informer's store.
+trait Watched: Send + Sync {
+    fn kind(&self) -> &'static str;
+    fn api_version(&self) -> &'static str;
+    fn meta(&self, ns: &str, name: &str) -> Option<ObjectMeta>;
+    /// Objects with an owner reference to `uid`.
+    fn owned_by(&self, uid: &str) -> Vec<ObjectMeta>;
+}
+
+struct Kind<K: Resource> {
+    kind: &'static str,
+    api_version: &'static str,
+    store: Arc<Store<K>>,
+}
+
+impl<K: Resource> Watched for Kind<K> {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn api_version(&self) -> &'static str {
+        self.api_version
+    }
+
+    fn meta(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
+        self.store.get_in(ns, name).map(|o| o.metadata().clone())
+    }
+
+    fn owned_by(&self, uid: &str) -> Vec<ObjectMeta> {
+        self.store
+            .by_index(index::OWNER_UID, uid)
+            .iter()
+            .map(|o| o.metadata().clone())
+            .collect()
+    }
+}
 
 pub struct GarbageCollector {
     ctx: Arc<Ctx>,
     queue: Arc<WorkQueue<String>>,
+    kinds: Vec<Box<dyn Watched>>,
 }
 
 /// `Kind|namespace|name`.
@@ -50,14 +86,6 @@ fn path(api_version: &str, kind: &str, ns: &str, name: &str) -> Option<String> {
     Some(p)
 }
 
-fn api_version_of(kind: &str) -> &'static str {
-    if kind == "Pod" {
-        "v1"
-    } else {
-        "apps/v1"
-    }
-}
-
 enum OwnerState {
     Solid,
     Dangling,
@@ -67,14 +95,42 @@ enum OwnerState {
 
 impl GarbageCollector {
     pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
+        fn kind<K: Resource>(
+            kind: &'static str,
+            api_version: &'static str,
+            store: &Arc<Store<K>>,
+        ) -> Box<dyn Watched> {
+            Box::new(Kind {
+                kind,
+                api_version,
+                store: store.clone(),
+            })
+        }
         let gc = Arc::new(GarbageCollector {
             ctx: ctx.clone(),
             queue: WorkQueue::new("garbagecollector"),
+            kinds: vec![
+                kind("Deployment", "apps/v1", &ctx.deployments),
+                kind("ReplicaSet", "apps/v1", &ctx.replicasets),
+                kind("Pod", "v1", &ctx.pods),
+                kind("Service", "v1", &ctx.services),
+                kind("EndpointSlice", "discovery.k8s.io/v1", &ctx.endpoint_slices),
+            ],
         });
         gc.watch(&ctx.deployments, "Deployment");
         gc.watch(&ctx.replicasets, "ReplicaSet");
         gc.watch(&ctx.pods, "Pod");
+        gc.watch(&ctx.services, "Service");
+        gc.watch(&ctx.endpoint_slices, "EndpointSlice");
         gc
+    }
+
+    fn watched(&self, kind: &str) -> Option<&dyn Watched> {
+        self.kinds.iter().find(|k| k.kind() == kind).map(|k| &**k)
+    }
+
+    fn api_version_of(&self, kind: &str) -> &'static str {
+        self.watched(kind).map_or("v1", |k| k.api_version())
     }
 
     fn watch<K: Resource>(self: &Arc<Self>, store: &Arc<Store<K>>, kind: &'static str) {
@@ -89,7 +145,7 @@ impl GarbageCollector {
                 // Its dependents may now be dangling; an owner waiting on it may be done.
                 me.enqueue_dependents(m.uid.as_deref().unwrap_or_default());
                 for r in m.owner_references.iter().flatten() {
-                    if KINDS.contains(&r.kind.as_str()) {
+                    if me.watched(&r.kind).is_some() {
                         me.queue.add(format!(
                             "{}|{}|{}",
                             r.kind,
@@ -117,33 +173,16 @@ impl GarbageCollector {
     /// (item, metadata) of every cached object with an owner reference to `uid`.
     fn dependents(&self, uid: &str) -> Vec<(String, ObjectMeta)> {
         let mut out = Vec::new();
-        for d in self.ctx.deployments.by_index(index::OWNER_UID, uid) {
-            out.push((item("Deployment", &d.metadata), d.metadata.clone()));
-        }
-        for r in self.ctx.replicasets.by_index(index::OWNER_UID, uid) {
-            out.push((item("ReplicaSet", &r.metadata), r.metadata.clone()));
-        }
-        for p in self.ctx.pods.by_index(index::OWNER_UID, uid) {
-            out.push((item("Pod", &p.metadata), p.metadata.clone()));
+        for k in &self.kinds {
+            for m in k.owned_by(uid) {
+                out.push((item(k.kind(), &m), m));
+            }
         }
         out
     }
 
     fn cached(&self, kind: &str, ns: &str, name: &str) -> Option<ObjectMeta> {
-        match kind {
-            "Deployment" => self
-                .ctx
-                .deployments
-                .get_in(ns, name)
-                .map(|o| o.metadata.clone()),
-            "ReplicaSet" => self
-                .ctx
-                .replicasets
-                .get_in(ns, name)
-                .map(|o| o.metadata.clone()),
-            "Pod" => self.ctx.pods.get_in(ns, name).map(|o| o.metadata.clone()),
-            _ => None,
-        }
+        self.watched(kind)?.meta(ns, name)
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
@@ -197,7 +236,7 @@ impl GarbageCollector {
                 OwnerState::Dangling => drop_refs.push(r.uid.clone()),
             }
         }
-        let Some(p) = path(api_version_of(kind), kind, ns, name) else {
+        let Some(p) = path(self.api_version_of(kind), kind, ns, name) else {
             return Ok(None);
         };
         if solid > 0 {
@@ -265,7 +304,7 @@ impl GarbageCollector {
         for (it, m) in self.dependents(uid) {
             let kind = it.split('|').next().unwrap_or("");
             let Some(p) = path(
-                api_version_of(kind),
+                self.api_version_of(kind),
                 kind,
                 m.namespace.as_deref().unwrap_or_default(),
                 m.name.as_deref().unwrap_or_default(),
@@ -300,7 +339,7 @@ impl GarbageCollector {
             if dm.deletion_timestamp.is_none() {
                 let dk = it.split('|').next().unwrap_or("");
                 if let Some(p) = path(
-                    api_version_of(dk),
+                    self.api_version_of(dk),
                     dk,
                     dm.namespace.as_deref().unwrap_or_default(),
                     dm.name.as_deref().unwrap_or_default(),
@@ -318,7 +357,7 @@ impl GarbageCollector {
 
     async fn remove_finalizer(&self, kind: &str, m: &ObjectMeta, f: &str) -> Result<(), Error> {
         let Some(p) = path(
-            api_version_of(kind),
+            self.api_version_of(kind),
             kind,
             m.namespace.as_deref().unwrap_or_default(),
             m.name.as_deref().unwrap_or_default(),

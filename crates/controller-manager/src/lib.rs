@@ -1,14 +1,19 @@
-//! rkube-controller-manager: the Deployment, ReplicaSet, garbage-collector, node-lifecycle and
-//! namespace controllers over shared informers, optionally behind a leader-election Lease.
+//! rkube-controller-manager: the Deployment, ReplicaSet, garbage-collector, node-lifecycle,
+//! namespace, Endpoints, EndpointSlice, ServiceAccount and root-CA controllers over shared
+//! informers, optionally behind a leader-election Lease.
 
 pub mod context;
 pub mod deployment;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod expectations;
 pub mod gc;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod objects;
 pub mod replicaset;
+pub mod rootca;
+pub mod serviceaccount;
 pub mod worker;
 
 use std::sync::Arc;
@@ -21,12 +26,16 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 5] = [
+pub const CONTROLLERS: [&str; 9] = [
     "deployment",
     "replicaset",
     "garbagecollector",
     "nodelifecycle",
     "namespace",
+    "endpoint",
+    "endpointslice",
+    "serviceaccount",
+    "root-ca-cert-publisher",
 ];
 
 #[derive(Clone, Debug)]
@@ -41,6 +50,9 @@ pub struct Config {
     pub gc_workers: usize,
     pub node_monitor_grace_period: Duration,
     pub node_monitor_period: Duration,
+    /// `--root-ca-file`'s PEM, published in every namespace (default: the CA the client
+    /// trusts the apiserver by).
+    pub root_ca: Option<String>,
 }
 
 impl Config {
@@ -54,6 +66,7 @@ impl Config {
             gc_workers: 20,
             node_monitor_grace_period: Duration::from_secs(40),
             node_monitor_period: Duration::from_secs(5),
+            root_ca: None,
         }
     }
 
@@ -137,6 +150,26 @@ async fn run_controllers(
             config.node_monitor_period,
         )
     });
+    let endpoints = config
+        .enabled("endpoint")
+        .then(|| endpoints::EndpointsController::new(ctx.clone()));
+    let slices = config
+        .enabled("endpointslice")
+        .then(|| endpointslice::EndpointSliceController::new(ctx.clone()));
+    let accounts = config
+        .enabled("serviceaccount")
+        .then(|| serviceaccount::ServiceAccountsController::new(ctx.clone()));
+    let root_ca = config.enabled("root-ca-cert-publisher").then(|| {
+        let ca = config.root_ca.clone().unwrap_or_else(|| {
+            config
+                .client
+                .ca_pem
+                .as_deref()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .unwrap_or_default()
+        });
+        rootca::RootCaPublisher::new(ctx.clone(), ca)
+    });
     ctx.start_informers(&shutdown);
     tokio::select! {
         _ = shutdown.cancelled() => return,
@@ -157,6 +190,18 @@ async fn run_controllers(
     }
     if let Some(c) = &nodes {
         c.start(shutdown.clone());
+    }
+    if let Some(c) = &endpoints {
+        c.start(5, shutdown.clone());
+    }
+    if let Some(c) = &slices {
+        c.start(5, shutdown.clone());
+    }
+    if let Some(c) = &accounts {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &root_ca {
+        c.start(2, shutdown.clone());
     }
     ready.set(true);
     shutdown.cancelled().await;

@@ -34,6 +34,10 @@ struct Flags {
     node_monitor_grace_period: GoDuration,
     #[arg(long, default_value = "5s")]
     node_monitor_period: GoDuration,
+    /// The CA bundle published to every namespace as the `kube-root-ca.crt` ConfigMap
+    /// (default: the CA this client trusts the apiserver by).
+    #[arg(long)]
+    root_ca_file: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -51,6 +55,12 @@ async fn main() -> anyhow::Result<()> {
     config.gc_workers = f.concurrent_gc_syncs;
     config.node_monitor_grace_period = f.node_monitor_grace_period.into();
     config.node_monitor_period = f.node_monitor_period.into();
+    config.root_ca = f
+        .root_ca_file
+        .as_deref()
+        .map(std::fs::read_to_string)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--root-ca-file: {e}"))?;
     let addr = format!("{}:{}", f.bind_address, f.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

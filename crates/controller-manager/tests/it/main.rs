@@ -5,3 +5,4 @@ mod client;
 mod flows;
 mod harness;
 mod nodes;
+mod services;
