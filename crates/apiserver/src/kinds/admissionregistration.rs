@@ -6,6 +6,8 @@ use rkube_api::k8s::api::admissionregistration::v1 as ar;
 use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
+use rkube_api::strategic::{ListStrategy, Lists};
+
 use super::print::{self, s, Column};
 use super::{clear_status, set_default, Strategy};
 
@@ -13,6 +15,9 @@ pub struct MutatingWebhookConfiguration;
 pub struct ValidatingWebhookConfiguration;
 pub struct ValidatingAdmissionPolicy;
 pub struct ValidatingAdmissionPolicyBinding;
+
+/// Webhooks merge by name (upstream's `patchMergeKey`).
+const WEBHOOK_LISTS: Lists = Lists(&[("", "webhooks", ListStrategy::MergeByKey("name"))]);
 
 fn webhook_defaults(obj: &mut Value, mutating: bool) {
     for w in obj
@@ -136,6 +141,10 @@ impl Strategy for MutatingWebhookConfiguration {
         new.get("webhooks") != old.get("webhooks")
     }
 
+    fn lists(&self) -> Lists {
+        WEBHOOK_LISTS
+    }
+
     fn columns(&self) -> Vec<Column> {
         vec![Column::NAME, Column::integer("Webhooks"), Column::AGE]
     }
@@ -162,6 +171,10 @@ impl Strategy for ValidatingWebhookConfiguration {
 
     fn spec_changed(&self, new: &Value, old: &Value) -> bool {
         new.get("webhooks") != old.get("webhooks")
+    }
+
+    fn lists(&self) -> Lists {
+        WEBHOOK_LISTS
     }
 
     fn columns(&self) -> Vec<Column> {

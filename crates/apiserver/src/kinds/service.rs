@@ -307,6 +307,13 @@ fn external_ip(obj: &Value) -> String {
 impl Strategy for ServiceAccount {
     crate::typed_kind!(core::ServiceAccount);
 
+    fn lists(&self) -> Lists {
+        Lists(&[
+            ("", "secrets", ListStrategy::MergeByKey("name")),
+            ("", "imagePullSecrets", ListStrategy::MergeByKey("name")),
+        ])
+    }
+
     fn columns(&self) -> Vec<Column> {
         vec![Column::NAME, Column::integer("Secrets"), Column::AGE]
     }

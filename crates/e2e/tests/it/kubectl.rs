@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use rkube_e2e::{workspace_root, Cluster, Opts};
 
 /// One kubectl binary pointed at a cluster.
-struct Kubectl<'a> {
-    c: &'a Cluster,
-    bin: String,
+pub(crate) struct Kubectl<'a> {
+    pub(crate) c: &'a Cluster,
+    pub(crate) bin: String,
 }
 
 impl Kubectl<'_> {
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.arg("--kubeconfig")
             .arg(&self.c.kubeconfig)
@@ -26,12 +26,12 @@ impl Kubectl<'_> {
         cmd
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("kubectl runs")
     }
 
     /// Must succeed; its stdout.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -44,7 +44,7 @@ impl Kubectl<'_> {
     }
 
     /// Must fail; its stderr.
-    fn fails(&self, args: &[&str]) -> String {
+    pub(crate) fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             !out.status.success(),
@@ -56,11 +56,11 @@ impl Kubectl<'_> {
     }
 
     /// Must succeed, printing `needle`.
-    fn says(&self, args: &[&str], needle: &str) {
+    pub(crate) fn says(&self, args: &[&str], needle: &str) {
         contains(&self.ok(args), needle);
     }
 
-    fn jsonpath(&self, what: &[&str], path: &str) -> String {
+    pub(crate) fn jsonpath(&self, what: &[&str], path: &str) -> String {
         let mut args = vec!["get"];
         args.extend_from_slice(what);
         let expr = format!("jsonpath={path}");
@@ -70,26 +70,26 @@ impl Kubectl<'_> {
 }
 
 /// Writes a manifest into the cluster's directory; its path.
-fn manifest(c: &Cluster, name: &str, text: &str) -> String {
+pub(crate) fn manifest(c: &Cluster, name: &str, text: &str) -> String {
     let path: PathBuf = c.dir.path().join(name);
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
 }
 
-fn deployment(name: &str, image: &str, replicas: u32) -> String {
+pub(crate) fn deployment(name: &str, image: &str, replicas: u32) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  labels: {{app: {name}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n      - name: {name}\n        image: {image}\n"
     )
 }
 
-fn contains(haystack: &str, needle: &str) {
+pub(crate) fn contains(haystack: &str, needle: &str) {
     assert!(
         haystack.contains(needle),
         "expected {needle:?} in:\n{haystack}"
     );
 }
 
-fn kubectl_beside(version: &str) -> Option<String> {
+pub(crate) fn kubectl_beside(version: &str) -> Option<String> {
     let which = Command::new("sh")
         .args(["-c", "dirname \"$(readlink -f \"$(command -v kubectl)\")\""])
         .output()

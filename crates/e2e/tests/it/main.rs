@@ -1,5 +1,6 @@
 //! End-to-end tests on the real binaries as processes (see `rkube_e2e::Cluster`).
 
+mod builtin;
 mod compose;
 mod flows;
 mod hostile;

@@ -1,0 +1,382 @@
+//! The whole built-in API through stock kubectl on the real binaries: `api-resources`
+//! compared row for row with a 1.33 server's (testdata), a manifest with one object of every
+//! kind applied client-side and server-side (every pod Running, every Service with
+//! endpoints), and the kubectl commands that create, expose, print and describe the new kinds.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rkube_e2e::{workspace_root, Cluster, Opts};
+
+use crate::kubectl::{contains, kubectl_beside, Kubectl};
+
+/// Resources a 1.33 server lists that rkube does not serve yet, each with where it comes.
+const NOT_YET: &[(&str, &str)] = &[(
+    "customresourcedefinitions",
+    "the CRD issue (apiextensions.k8s.io)",
+)];
+
+/// `kubectl api-resources -o wide` rows by (name, apiVersion), cells cut at the header's
+/// column starts.
+fn rows(text: &str) -> BTreeMap<(String, String), Vec<String>> {
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("");
+    let starts: Vec<usize> = [
+        "NAME",
+        "SHORTNAMES",
+        "APIVERSION",
+        "NAMESPACED",
+        "KIND",
+        "VERBS",
+        "CATEGORIES",
+    ]
+    .iter()
+    .map(|h| {
+        header
+            .find(h)
+            .unwrap_or_else(|| panic!("no {h} column in {header:?}"))
+    })
+    .collect();
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let cells: Vec<String> = starts
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let end = starts.get(i + 1).copied().unwrap_or(l.len()).min(l.len());
+                    l.get((*s).min(l.len())..end)
+                        .unwrap_or("")
+                        .trim()
+                        .to_string()
+                })
+                .collect();
+            ((cells[0].clone(), cells[2].clone()), cells)
+        })
+        .collect()
+}
+
+fn kubectl(c: &Cluster) -> Kubectl<'_> {
+    Kubectl {
+        c,
+        bin: kubectl_beside("1.33").unwrap_or_else(|| "kubectl".into()),
+    }
+}
+
+/// Waits until `f` returns true, up to 90 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_resources_match_a_1_33_server() {
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+    let expected = std::fs::read_to_string(
+        workspace_root().join("crates/e2e/testdata/api-resources-1.33.txt"),
+    )
+    .unwrap();
+    let got = rows(&k.ok(&["api-resources", "-o", "wide"]));
+    let want = rows(&expected);
+    let mut differences = Vec::new();
+    for (key, cells) in &want {
+        match got.get(key) {
+            Some(g) if g == cells => {}
+            Some(g) => differences.push(format!("{key:?}: want {cells:?}, got {g:?}")),
+            None if NOT_YET.iter().any(|(n, _)| *n == key.0) => {}
+            None => differences.push(format!("{key:?}: missing")),
+        }
+    }
+    for key in got.keys() {
+        if !want.contains_key(key) {
+            differences.push(format!("{key:?}: not served by 1.33"));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "api-resources differ from 1.33:\n{}",
+        differences.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_applies_and_serves() {
+    let c = Cluster::start(Opts {
+        nodes: 1,
+        ..Default::default()
+    })
+    .await;
+    let k = kubectl(&c);
+    let template =
+        std::fs::read_to_string(workspace_root().join("crates/e2e/testdata/every-kind.yaml"))
+            .unwrap();
+    for (ns, server_side) in [("kinds-csa", false), ("kinds-ssa", true)] {
+        k.ok(&["create", "namespace", ns]);
+        let file = crate::kubectl::manifest(
+            &c,
+            &format!("{ns}.yaml"),
+            &template.replace("NAMESPACE", ns),
+        );
+        let mut args = vec!["apply", "-f", &file];
+        if server_side {
+            args.push("--server-side");
+        }
+        let out = k.ok(&args);
+        let applied = out.lines().count();
+        assert_eq!(
+            applied,
+            template.matches("\nkind: ").count() + usize::from(template.starts_with("kind: ")),
+            "{out}"
+        );
+        // Applied again: accepted, and the objects without defaulted atomic lists or
+        // write-only fields unchanged.
+        let again = k.ok(&args);
+        if !server_side {
+            for unchanged in [
+                "deployment.apps/web",
+                "service/web ",
+                "job.batch/migrate",
+                "ingress.networking.k8s.io/web",
+            ] {
+                let line = again
+                    .lines()
+                    .find(|l| l.starts_with(unchanged.trim()))
+                    .unwrap_or("");
+                assert!(line.ends_with("unchanged"), "{unchanged}: {again}");
+            }
+        }
+        eventually("two web pods Running", || {
+            let phases = k.jsonpath(
+                &["pods", "-n", ns, "-l", "app=web"],
+                "{.items[*].status.phase}",
+            );
+            phases
+                .split_whitespace()
+                .filter(|p| *p == "Running")
+                .count()
+                == 2
+        });
+        for svc in ["web", "web-nodeport", "web-headless"] {
+            eventually(&format!("{svc}'s endpoints"), || {
+                let ips = k.jsonpath(
+                    &["endpoints", svc, "-n", ns],
+                    "{.subsets[*].addresses[*].ip}",
+                );
+                ips.split_whitespace().count() == 2
+            });
+        }
+        let port = k.jsonpath(
+            &["endpoints", "web", "-n", ns],
+            "{.subsets[0].ports[0].port}",
+        );
+        assert_eq!(port, "80", "the named target port resolved");
+        let slices = k.ok(&[
+            "get",
+            "endpointslices",
+            "-n",
+            ns,
+            "-l",
+            "kubernetes.io/service-name=web",
+        ]);
+        contains(&slices, "IPv4");
+        let ip = k.jsonpath(&["service", "web", "-n", ns], "{.spec.clusterIP}");
+        assert!(ip.starts_with("10."), "{ip}");
+        let node_port: u32 = k
+            .jsonpath(
+                &["service", "web-nodeport", "-n", ns],
+                "{.spec.ports[0].nodePort}",
+            )
+            .parse()
+            .unwrap();
+        assert!((30000..=32767).contains(&node_port));
+        let all = k.ok(&["get", "all", "-n", ns]);
+        for needle in [
+            "service/web ",
+            "deployment.apps/web",
+            "statefulset.apps/db",
+            "daemonset.apps/agent",
+            "cronjob.batch/nightly",
+            "job.batch/migrate",
+            "horizontalpodautoscaler.autoscaling/web",
+            "replicationcontroller/legacy",
+        ] {
+            contains(&all, needle);
+        }
+        k.says(&["get", "sa", "-n", ns], "default");
+        k.says(
+            &["get", "configmap", "kube-root-ca.crt", "-n", ns],
+            "kube-root-ca.crt",
+        );
+        k.says(&["get", "pvc", "-n", ns], "Pending");
+        k.says(&["get", "events.events.k8s.io", "-n", ns], "Deployed");
+    }
+    k.ok(&[
+        "delete",
+        "namespace",
+        "kinds-csa",
+        "--wait=true",
+        "--timeout=90s",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
+    let c = Cluster::start(Opts {
+        nodes: 1,
+        ..Default::default()
+    })
+    .await;
+    let k = kubectl(&c);
+    k.says(&["get", "svc", "kubernetes"], "10.96.0.1");
+    k.says(&["get", "endpoints", "kubernetes"], ":");
+    k.says(
+        &["create", "deployment", "web", "--image=nginx", "--port=80"],
+        "created",
+    );
+    k.says(
+        &[
+            "expose",
+            "deployment",
+            "web",
+            "--port=8080",
+            "--target-port=80",
+        ],
+        "service/web exposed",
+    );
+    k.ok(&["rollout", "status", "deploy/web", "--timeout=60s"]);
+    eventually("web's endpoints", || {
+        k.ok(&["get", "endpoints", "web"]).contains(":80")
+    });
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.subsets[0].addresses[0].ip}",
+        "endpoints/web",
+        "--timeout=30s",
+    ]);
+    k.says(
+        &["create", "service", "clusterip", "cip", "--tcp=80:8080"],
+        "service/cip created",
+    );
+    k.says(
+        &[
+            "create",
+            "service",
+            "nodeport",
+            "np",
+            "--tcp=80:8080",
+            "--node-port=30123",
+        ],
+        "service/np created",
+    );
+    k.says(&["get", "svc", "np"], "80:30123/TCP");
+    k.says(
+        &[
+            "create",
+            "service",
+            "externalname",
+            "ext",
+            "--external-name=db.example.com",
+        ],
+        "service/ext created",
+    );
+    k.says(&["get", "svc", "ext"], "db.example.com");
+    let refused = k.fails(&[
+        "create",
+        "service",
+        "nodeport",
+        "np2",
+        "--tcp=80:8080",
+        "--node-port=30123",
+    ]);
+    contains(&refused, "provided port is already allocated");
+    k.says(
+        &["create", "job", "once", "--image=busybox", "--", "true"],
+        "job.batch/once created",
+    );
+    k.says(&["get", "job", "once", "-o", "wide"], "controller-uid=");
+    k.says(
+        &[
+            "create",
+            "cronjob",
+            "tick",
+            "--image=busybox",
+            "--schedule=*/5 * * * *",
+            "--",
+            "true",
+        ],
+        "cronjob.batch/tick created",
+    );
+    k.says(&["get", "cj", "tick"], "*/5 * * * *");
+    k.says(
+        &[
+            "create",
+            "pdb",
+            "web",
+            "--selector=app=web",
+            "--min-available=1",
+        ],
+        "poddisruptionbudget.policy/web created",
+    );
+    k.says(
+        &[
+            "create",
+            "priorityclass",
+            "high",
+            "--value=1000",
+            "--description=high",
+        ],
+        "priorityclass.scheduling.k8s.io/high created",
+    );
+    k.says(&["get", "pc"], "system-node-critical");
+    k.says(
+        &[
+            "create",
+            "ingress",
+            "web",
+            "--rule=web.example.com/=web:8080",
+        ],
+        "ingress.networking.k8s.io/web created",
+    );
+    k.says(&["get", "ing", "web"], "web.example.com");
+    k.says(
+        &["create", "serviceaccount", "robot"],
+        "serviceaccount/robot created",
+    );
+    k.says(
+        &["create", "role", "reader", "--verb=get", "--resource=pods"],
+        "role.rbac.authorization.k8s.io/reader created",
+    );
+    k.says(
+        &[
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            "--serviceaccount=default:robot",
+        ],
+        "rolebinding.rbac.authorization.k8s.io/reader created",
+    );
+    k.says(&["get", "all"], "service/web");
+    k.says(&["get", "apiservices"], "Local");
+    k.says(&["get", "cs"], "etcd-0");
+    for what in [
+        ["svc", "web"],
+        ["endpoints", "web"],
+        ["job", "once"],
+        ["cronjob", "tick"],
+        ["pdb", "web"],
+        ["ingress", "web"],
+        ["priorityclass", "high"],
+        ["sa", "robot"],
+    ] {
+        let out = k.ok(&["describe", what[0], what[1]]);
+        contains(&out, &format!("Name:"));
+        contains(&out, what[1]);
+    }
+    k.says(&["describe", "svc", "web"], "Endpoints:");
+    k.says(&["events"], "ScalingReplicaSet");
+}
