@@ -6,9 +6,11 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount,
+    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use rkube_client::events::Recorder;
 use rkube_client::informer::{index, key_of};
@@ -36,6 +38,9 @@ pub struct Ctx {
     pub service_accounts: Arc<Store<ServiceAccount>>,
     /// The `kube-root-ca.crt` ConfigMaps only.
     pub root_ca_maps: Arc<Store<ConfigMap>>,
+    pub claims: Arc<Store<PersistentVolumeClaim>>,
+    pub volumes: Arc<Store<PersistentVolume>>,
+    pub storage_classes: Arc<Store<StorageClass>>,
     informers: std::sync::Mutex<Vec<Starter>>,
 }
 
@@ -137,6 +142,12 @@ impl Ctx {
             &metrics,
         );
         starts.push(s);
+        let (claims, s) = informer(Api::<PersistentVolumeClaim>::all(&client), &metrics);
+        starts.push(s);
+        let (volumes, s) = informer(Api::<PersistentVolume>::all(&client), &metrics);
+        starts.push(s);
+        let (storage_classes, s) = informer(Api::<StorageClass>::all(&client), &metrics);
+        starts.push(s);
         Arc::new(Ctx {
             client,
             recorder,
@@ -152,6 +163,9 @@ impl Ctx {
             endpoint_slices,
             service_accounts,
             root_ca_maps,
+            claims,
+            volumes,
+            storage_classes,
             informers: std::sync::Mutex::new(starts),
         })
     }
@@ -175,5 +189,8 @@ impl Ctx {
         self.endpoint_slices.wait_synced().await;
         self.service_accounts.wait_synced().await;
         self.root_ca_maps.wait_synced().await;
+        self.claims.wait_synced().await;
+        self.volumes.wait_synced().await;
+        self.storage_classes.wait_synced().await;
     }
 }

@@ -14,6 +14,7 @@ pub mod objects;
 pub mod replicaset;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod volume;
 pub mod worker;
 
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 9] = [
+pub const CONTROLLERS: [&str; 11] = [
     "deployment",
     "replicaset",
     "garbagecollector",
@@ -36,6 +37,8 @@ pub const CONTROLLERS: [&str; 9] = [
     "endpointslice",
     "serviceaccount",
     "root-ca-cert-publisher",
+    "persistentvolume-binder",
+    "pvc-protection",
 ];
 
 #[derive(Clone, Debug)]
@@ -170,6 +173,12 @@ async fn run_controllers(
         });
         rootca::RootCaPublisher::new(ctx.clone(), ca)
     });
+    let binder = config
+        .enabled("persistentvolume-binder")
+        .then(|| volume::VolumeBinder::new(ctx.clone()));
+    let protection = config
+        .enabled("pvc-protection")
+        .then(|| volume::protection::Protection::new(ctx.clone()));
     ctx.start_informers(&shutdown);
     tokio::select! {
         _ = shutdown.cancelled() => return,
@@ -201,6 +210,12 @@ async fn run_controllers(
         c.start(2, shutdown.clone());
     }
     if let Some(c) = &root_ca {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &binder {
+        c.start(4, shutdown.clone());
+    }
+    if let Some(c) = &protection {
         c.start(2, shutdown.clone());
     }
     ready.set(true);

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod plugins;
 pub mod queue;
 pub mod resources;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -341,6 +342,15 @@ impl Scheduler {
                 // Bind in the background; the next pod is scheduled meanwhile.
                 tokio::spawn(async move {
                     let _permit = permit;
+                    if let Err(why) = volumes::prepare(&me.client, &pod, &node).await {
+                        me.m.errors.inc();
+                        me.cache.lock().unwrap().forget(&key);
+                        me.queue.move_all();
+                        tracing::debug!(pod = %key, node, %why, "volumes not ready");
+                        recorder.warning(object_ref(&*pod), "FailedScheduling", why);
+                        me.queue.backoff(&key);
+                        return;
+                    }
                     let api: Api<Pod> = Api::namespaced(&me.client, &ns);
                     let binding = json!({"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},

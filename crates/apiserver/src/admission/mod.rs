@@ -9,8 +9,10 @@
 pub mod lifecycle;
 pub mod limits;
 pub mod node;
+pub mod priority;
 pub mod quota;
 pub mod rbac;
+pub mod storage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +34,9 @@ pub enum Plugin {
     AlwaysPullImages,
     LimitRanger,
     ResourceQuota,
+    Priority,
+    DefaultStorageClass,
+    StorageObjectInUseProtection,
 }
 
 /// Every plugin in upstream's order, with whether it is on by default.
@@ -45,6 +50,13 @@ const ALL: &[(&str, Plugin, bool)] = &[
         true,
     ),
     ("AlwaysPullImages", Plugin::AlwaysPullImages, false),
+    ("DefaultStorageClass", Plugin::DefaultStorageClass, true),
+    (
+        "StorageObjectInUseProtection",
+        Plugin::StorageObjectInUseProtection,
+        true,
+    ),
+    ("Priority", Plugin::Priority, true),
     ("ResourceQuota", Plugin::ResourceQuota, true),
 ];
 
@@ -115,6 +127,15 @@ impl Admission {
         }
     }
 
+    /// Every object of a cluster-scoped resource, as the watch cache has them.
+    fn cluster_objects(&self, group: &'static str, plural: &'static str) -> Vec<Value> {
+        self.registries
+            .get(&(group, plural))
+            .and_then(|r| r.cache.as_ref())
+            .map(|c| c.values())
+            .unwrap_or_default()
+    }
+
     fn cached(&self, plural: &'static str, ns: &str) -> Vec<Value> {
         let Some(reg) = self.registries.get(&("", plural)) else {
             return Vec::new();
@@ -167,6 +188,37 @@ impl Admission {
             if self.has(Plugin::AlwaysPullImages) {
                 always_pull(obj);
             }
+            if a.operation == Operation::Create && self.has(Plugin::Priority) {
+                let classes = self.cluster_objects("scheduling.k8s.io", "priorityclasses");
+                priority::admit_pod(obj, &classes)
+                    .map_err(|why| forbidden(a, meta::name(obj), &why))?;
+            }
+        }
+        if a.operation == Operation::Create && a.subresource.is_none() && a.def.group.is_empty() {
+            match a.def.plural {
+                "persistentvolumeclaims" => {
+                    if self.has(Plugin::DefaultStorageClass) {
+                        let classes = self.cluster_objects("storage.k8s.io", "storageclasses");
+                        storage::default_class(obj, &classes);
+                    }
+                    if self.has(Plugin::StorageObjectInUseProtection) {
+                        storage::protect(obj, storage::PVC_PROTECTION);
+                    }
+                }
+                "persistentvolumes" if self.has(Plugin::StorageObjectInUseProtection) => {
+                    storage::protect(obj, storage::PV_PROTECTION);
+                }
+                _ => {}
+            }
+        }
+        if a.def.group == "scheduling.k8s.io"
+            && a.def.plural == "priorityclasses"
+            && a.operation != Operation::Delete
+            && self.has(Plugin::Priority)
+        {
+            let classes = self.cluster_objects("scheduling.k8s.io", "priorityclasses");
+            priority::admit_class(obj, &classes)
+                .map_err(|why| forbidden(a, meta::name(obj), &why))?;
         }
         let _ = user;
         Ok(())

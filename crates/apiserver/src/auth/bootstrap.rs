@@ -145,7 +145,21 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
                 rule(&[""], &["pods/binding", "bindings"], &["create"]),
                 rule(&[""], &["pods/status"], &["patch", "update"]),
-                rule(&[""], &["nodes", "namespaces", "services"], READ),
+                rule(
+                    &[""],
+                    &["nodes", "namespaces", "services", "persistentvolumes"],
+                    READ,
+                ),
+                rule(
+                    &[""],
+                    &["persistentvolumeclaims"],
+                    &["get", "list", "watch", "patch", "update"],
+                ),
+                rule(
+                    &["storage.k8s.io"],
+                    &["storageclasses", "csinodes", "csidrivers"],
+                    READ,
+                ),
                 rule(&[""], &["events"], &["create", "patch", "update"]),
                 rule(
                     &["events.k8s.io"],

@@ -237,9 +237,16 @@ impl Strategy for PersistentVolumeClaim {
             let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
             super::remove_at(&mut spec, "/resources/requests");
             super::remove_at(&mut spec, "/volumeAttributesClassName");
-            // A claim bound by the binder gains its volume name once.
+            // A claim bound by the binder gains its volume name once; a claim that named no
+            // class gets the default one (retroactive default class).
             if old.pointer("/spec/volumeName").is_none() {
                 super::remove_at(&mut spec, "/volumeName");
+            }
+            if old
+                .pointer("/spec/storageClassName")
+                .is_none_or(Value::is_null)
+            {
+                super::remove_at(&mut spec, "/storageClassName");
             }
             spec
         };

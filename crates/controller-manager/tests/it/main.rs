@@ -6,3 +6,4 @@ mod flows;
 mod harness;
 mod nodes;
 mod services;
+mod volumes;

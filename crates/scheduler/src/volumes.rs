@@ -1,0 +1,120 @@
+//! Volume binding before a pod is bound (upstream's `VolumeBinding` plugin, reduced): every
+//! claim a pod uses must exist; a claim bound to a volume pinned to other nodes rules the node
+//! out; an unbound claim of a `WaitForFirstConsumer` class is given the chosen node
+//! (`volume.kubernetes.io/selected-node`) so the volume is made there; the pod is bound only
+//! once its claims are.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use rkube_client::{Api, Client, Patch};
+use serde_json::json;
+
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// How long a pod's bind waits for its claims to be bound.
+const BIND_WAIT: Duration = Duration::from_secs(30);
+
+/// The claims a pod uses.
+pub fn claims(pod: &Pod) -> Vec<String> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+                .or_else(|| v.ephemeral.as_ref().map(|_| format!("{name}-{}", v.name)))
+        })
+        .collect()
+}
+
+/// Whether a volume's node affinity admits `node` (by `kubernetes.io/hostname`).
+pub fn admits(pv: &PersistentVolume, node: &str) -> bool {
+    let Some(terms) = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| &r.node_selector_terms)
+    else {
+        return true;
+    };
+    terms.iter().any(|t| {
+        t.match_expressions.iter().flatten().all(|e| {
+            e.key != "kubernetes.io/hostname"
+                || match e.operator.as_str() {
+                    "In" => e.values.iter().flatten().any(|v| v == node),
+                    "NotIn" => !e.values.iter().flatten().any(|v| v == node),
+                    _ => true,
+                }
+        })
+    })
+}
+
+/// Gets the pod's claims ready for `node`; the reason it cannot, as the scheduler reports it.
+pub async fn prepare(client: &Client, pod: &Pod, node: &str) -> Result<(), String> {
+    let names = claims(pod);
+    if names.is_empty() {
+        return Ok(());
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client, ns);
+    let pvs: Api<PersistentVolume> = Api::all(client);
+    let classes: Api<StorageClass> = Api::all(client);
+    let deadline = tokio::time::Instant::now() + BIND_WAIT;
+    for name in names {
+        let mut asked = false;
+        loop {
+            let pvc = pvcs
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("persistentvolumeclaim \"{name}\" not found"))?;
+            let spec = pvc.spec.clone().unwrap_or_default();
+            if let Some(v) = spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
+                let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                if let Some(pv) = pvs.get_opt(v).await.map_err(|e| e.to_string())? {
+                    if !admits(&pv, node) {
+                        return Err("node(s) had volume node affinity conflict".into());
+                    }
+                    if bound {
+                        break;
+                    }
+                }
+            } else if !asked {
+                let class = match spec.storage_class_name.as_deref().filter(|c| !c.is_empty()) {
+                    Some(c) => classes.get_opt(c).await.map_err(|e| e.to_string())?,
+                    None => None,
+                };
+                let waits = class
+                    .as_ref()
+                    .and_then(|c| c.volume_binding_mode.as_deref())
+                    == Some("WaitForFirstConsumer");
+                let selected = pvc
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(SELECTED_NODE))
+                    .map(String::as_str);
+                if waits && selected != Some(node) {
+                    pvcs.patch(
+                        &name,
+                        &Patch::Merge(json!({"metadata": {"annotations": {SELECTED_NODE: node}}})),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                }
+                asked = true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "pod has unbound PersistentVolumeClaims (\"{name}\" is not bound yet)"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
