@@ -213,6 +213,42 @@ impl LabelSelector {
         Ok(LabelSelector { requirements: reqs })
     }
 
+    /// Builds a selector from its JSON form (`matchLabels`, `matchExpressions`).
+    pub fn from_json(v: &serde_json::Value) -> Result<Self, String> {
+        let match_labels: BTreeMap<String, String> = v
+            .get("matchLabels")
+            .and_then(|m| m.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let exprs: Vec<(String, String, Vec<String>)> = v
+            .get("matchExpressions")
+            .and_then(|m| m.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        let s =
+                            |k: &str| e.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                        let values = e
+                            .get("values")
+                            .and_then(|v| v.as_array())
+                            .map(|v| {
+                                v.iter()
+                                    .filter_map(|x| x.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        (s("key"), s("operator"), values)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self::from_parts(&match_labels, &exprs)
+    }
+
     /// Builds a selector from the structured form used in Deployments and ReplicaSets.
     pub fn from_parts(
         match_labels: &BTreeMap<String, String>,

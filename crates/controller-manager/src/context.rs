@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
     ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use rkube_client::events::Recorder;
@@ -41,6 +42,7 @@ pub struct Ctx {
     pub claims: Arc<Store<PersistentVolumeClaim>>,
     pub volumes: Arc<Store<PersistentVolume>>,
     pub storage_classes: Arc<Store<StorageClass>>,
+    pub pdbs: Arc<Store<PodDisruptionBudget>>,
     informers: std::sync::Mutex<Vec<Starter>>,
 }
 
@@ -148,6 +150,8 @@ impl Ctx {
         starts.push(s);
         let (storage_classes, s) = informer(Api::<StorageClass>::all(&client), &metrics);
         starts.push(s);
+        let (pdbs, s) = informer(Api::<PodDisruptionBudget>::all(&client), &metrics);
+        starts.push(s);
         Arc::new(Ctx {
             client,
             recorder,
@@ -166,6 +170,7 @@ impl Ctx {
             claims,
             volumes,
             storage_classes,
+            pdbs,
             informers: std::sync::Mutex::new(starts),
         })
     }
@@ -192,5 +197,6 @@ impl Ctx {
         self.claims.wait_synced().await;
         self.volumes.wait_synced().await;
         self.storage_classes.wait_synced().await;
+        self.pdbs.wait_synced().await;
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod context;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod expectations;
@@ -27,7 +28,7 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 11] = [
+pub const CONTROLLERS: [&str; 12] = [
     "deployment",
     "replicaset",
     "garbagecollector",
@@ -39,6 +40,7 @@ pub const CONTROLLERS: [&str; 11] = [
     "root-ca-cert-publisher",
     "persistentvolume-binder",
     "pvc-protection",
+    "disruption",
 ];
 
 #[derive(Clone, Debug)]
@@ -179,6 +181,9 @@ async fn run_controllers(
     let protection = config
         .enabled("pvc-protection")
         .then(|| volume::protection::Protection::new(ctx.clone()));
+    let disruption = config
+        .enabled("disruption")
+        .then(|| disruption::DisruptionController::new(ctx.clone()));
     ctx.start_informers(&shutdown);
     tokio::select! {
         _ = shutdown.cancelled() => return,
@@ -216,6 +221,9 @@ async fn run_controllers(
         c.start(4, shutdown.clone());
     }
     if let Some(c) = &protection {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &disruption {
         c.start(2, shutdown.clone());
     }
     ready.set(true);

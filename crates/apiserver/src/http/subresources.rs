@@ -36,8 +36,10 @@ pub async fn bind(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     Ok(status(201))
 }
 
-/// `POST pods/{name}/eviction`: a delete honouring the eviction's DeleteOptions (no
-/// PodDisruptionBudgets exist here, so every eviction is allowed).
+/// `POST pods/{name}/eviction`: a delete honouring the eviction's DeleteOptions and the pod's
+/// PodDisruptionBudget: refused (429) when the budget allows no disruption; otherwise the
+/// budget's `disruptionsAllowed` is charged by compare-and-swap (the pod recorded in
+/// `disruptedPods`) before the pod is deleted.
 pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     let dry = s.dry_run()?;
     let (_, eviction) = read_object(&s.content_type, read_body(body).await?)?;
@@ -48,6 +50,7 @@ pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     let mut opts = DeleteOptions::parse(&opts_body, &Default::default())?;
     opts.dry_run |= dry;
     admit_subresource(s, "eviction", &eviction, opts.dry_run).await?;
+    charge_budget(s, opts.dry_run).await?;
     let admission = s.admission();
     s.reg
         .delete(
@@ -58,6 +61,71 @@ pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
         )
         .await?;
     Ok(status(201))
+}
+
+/// Charges the disruption budget covering the pod, or refuses the eviction.
+async fn charge_budget(s: &Scope<'_>, dry_run: bool) -> Result<(), ApiError> {
+    let Some(pdbs) = s.state.registries.get(&("policy", "poddisruptionbudgets")) else {
+        return Ok(());
+    };
+    let pod: Value = serde_json::from_slice(&s.reg.get(s.ns, s.name(), None).await?)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let budgets: Vec<Value> = pdbs
+        .cache
+        .as_ref()
+        .map(|c| c.values())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| meta::namespace(p) == s.ns)
+        .collect();
+    let refuse = |code: u16, message: String| {
+        let mut e = if code == 429 {
+            ApiError::too_many_requests(message.clone(), 0)
+        } else {
+            ApiError::internal(message.clone())
+        };
+        if code == 429 {
+            let mut details = e.status().details.clone().unwrap_or_default();
+            const HEAD: &str = "Cannot evict pod as it would violate the pod's disruption budget. ";
+            details.causes = vec![StatusCause {
+                reason: "DisruptionBudget".into(),
+                message: message.strip_prefix(HEAD).unwrap_or(&message).to_string(),
+                field: String::new(),
+            }];
+            e.0.details = Some(details);
+            e.0.message =
+                "Cannot evict pod as it would violate the pod's disruption budget.".into();
+        }
+        e
+    };
+    let Some(budget) =
+        crate::kinds::policy::eviction(&pod, &budgets).map_err(|(c, m)| refuse(c, m))?
+    else {
+        return Ok(());
+    };
+    let pod_name = s.name().to_string();
+    let now = meta::now_rfc3339();
+    pdbs.guaranteed_update(s.ns, &budget, dry_run, |cur| {
+        let allowed = cur
+            .pointer("/status/disruptionsAllowed")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if allowed <= 0 {
+            return Err(refuse(
+                429,
+                format!("Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {budget} has no disruptions left"),
+            ));
+        }
+        let mut new = cur.clone();
+        new["status"]["disruptionsAllowed"] = json!(allowed - 1);
+        if !new["status"]["disruptedPods"].is_object() {
+            new["status"]["disruptedPods"] = json!({});
+        }
+        new["status"]["disruptedPods"][&pod_name] = json!(now);
+        Ok(Decision::Write(new))
+    })
+    .await?;
+    Ok(())
 }
 
 /// Validating admission of a subresource create (`binding`, `eviction`) with its body: what

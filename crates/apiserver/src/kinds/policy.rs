@@ -99,3 +99,80 @@ impl Strategy for PodDisruptionBudget {
         ]
     }
 }
+
+/// Whether a PodDisruptionBudget covers `pod` (same namespace; an empty selector covers every
+/// pod, a missing one none, as policy/v1).
+pub fn covers(pdb: &Value, pod: &Value) -> bool {
+    if meta::namespace(pdb) != meta::namespace(pod) {
+        return false;
+    }
+    let Some(sel) = pdb.pointer("/spec/selector").filter(|s| !s.is_null()) else {
+        return false;
+    };
+    rkube_api::LabelSelector::from_json(sel).is_ok_and(|s| s.matches(&meta::labels(pod)))
+}
+
+/// Whether a pod counts as healthy to its budget: Ready and not being deleted.
+pub fn healthy(pod: &Value) -> bool {
+    meta::deletion_timestamp(pod).is_none()
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.get("type").and_then(Value::as_str) == Some("Ready")
+                        && c.get("status").and_then(Value::as_str) == Some("True")
+                })
+            })
+}
+
+/// What an eviction of `pod` may do given the budgets in its namespace: Ok(None) when no
+/// budget is in the way, Ok(Some(name)) when the budget `name` allows it (and must be charged),
+/// or the reason it is refused (`status`, message) as upstream answers.
+pub fn eviction(pod: &Value, pdbs: &[Value]) -> Result<Option<String>, (u16, String)> {
+    let phase = pod
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if matches!(phase, "Succeeded" | "Failed" | "Pending") {
+        return Ok(None);
+    }
+    let covering: Vec<&Value> = pdbs.iter().filter(|p| covers(p, pod)).collect();
+    match covering.as_slice() {
+        [] => Ok(None),
+        [pdb] => {
+            let unhealthy_ok = pdb
+                .pointer("/spec/unhealthyPodEvictionPolicy")
+                .and_then(Value::as_str)
+                == Some("AlwaysAllow");
+            if !healthy(pod) && unhealthy_ok {
+                return Ok(None);
+            }
+            let allowed = i(pdb, "/status/disruptionsAllowed");
+            let observed = i(pdb, "/status/observedGeneration");
+            let generation = i(pdb, "/metadata/generation");
+            if observed < generation {
+                return Err((
+                    429,
+                    "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget is still being processed by the server.".into(),
+                ));
+            }
+            if allowed <= 0 {
+                return Err((
+                    429,
+                    format!(
+                        "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {} needs {} healthy pods and has {} currently",
+                        meta::name(pdb),
+                        i(pdb, "/status/desiredHealthy"),
+                        i(pdb, "/status/currentHealthy")
+                    ),
+                ));
+            }
+            Ok(Some(meta::name(pdb).to_string()))
+        }
+        _ => Err((
+            500,
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+        )),
+    }
+}

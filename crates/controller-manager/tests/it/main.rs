@@ -2,6 +2,7 @@
 //! in-process store and apiserver.
 
 mod client;
+mod disruption;
 mod flows;
 mod harness;
 mod nodes;

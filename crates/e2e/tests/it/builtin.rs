@@ -211,7 +211,21 @@ async fn every_kind_applies_and_serves() {
             &["get", "configmap", "kube-root-ca.crt", "-n", ns],
             "kube-root-ca.crt",
         );
-        k.says(&["get", "pvc", "-n", ns], "Pending");
+        // The claim of the default class is bound at once; the WaitForFirstConsumer one once
+        // its pod was scheduled, to a volume on the pod's node.
+        eventually("both claims bound", || {
+            k.jsonpath(&["pvc", "-n", ns], "{.items[*].status.phase}") == "Bound Bound"
+        });
+        eventually("the pod using the local claim Running", || {
+            k.jsonpath(&["pod", "uses-local", "-n", ns], "{.status.phase}") == "Running"
+        });
+        let node = k.jsonpath(&["pod", "uses-local", "-n", ns], "{.spec.nodeName}");
+        let pv = k.jsonpath(&["pvc", "local", "-n", ns], "{.spec.volumeName}");
+        let pinned = k.jsonpath(
+            &["pv", &pv],
+            "{.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]}",
+        );
+        assert_eq!(pinned, node);
         k.says(&["get", "events.events.k8s.io", "-n", ns], "Deployed");
     }
     k.ok(&[
