@@ -88,7 +88,7 @@ pub const RESOURCES: &[ResourceDef] = &[
     res!("", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"], &[], &[], "configmaps", true),
     res!("", "v1", "Secret", "secrets", "secret", true, &[], &[], &[], "secrets", true),
     res!("", "v1", "Service", "services", "service", true, &["svc"], &["status"], &["all"], "services/specs", true),
-    res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &[], &[], "serviceaccounts", true),
+    res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &["token"], &[], "serviceaccounts", true),
     res!("", "v1", "LimitRange", "limitranges", "limitrange", true, &["limits"], &[], &[], "limitranges", true),
     res!("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], &["status"], &[], "resourcequotas", true),
     res!("", "v1", "Endpoints", "endpoints", "endpoints", true, &["ep"], &[], &[], "services/endpoints", true),

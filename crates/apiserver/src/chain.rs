@@ -157,7 +157,7 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
     // A verified client certificate wins over tokens and anonymous, as upstream's union.
     let authn = match peer.as_ref().and_then(|p| p.cert_user.clone()) {
         Some(user) => Ok(user),
-        None => chain.auth.authenticate(req.headers()),
+        None => chain.auth.authenticate(req.headers()).await,
     };
     let Some(auditor) = &chain.audit else {
         // No auditing: the short path.
@@ -376,7 +376,7 @@ mod tests {
         route: axum::routing::MethodRouter,
     ) -> String {
         let chain = Arc::new(Chain {
-            auth: Arc::new(Auth::new(&Default::default(), &HashMap::new()).unwrap()),
+            auth: Arc::new(Auth::new(&Default::default(), &HashMap::new(), None).unwrap()),
             limits,
             apf: None,
             audit,

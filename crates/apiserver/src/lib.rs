@@ -92,6 +92,8 @@ pub struct Config {
     pub advertise_address: Option<std::net::IpAddr>,
     /// How often cluster IP and node port allocations are repaired.
     pub allocation_repair_interval: Duration,
+    /// ServiceAccount tokens: issuer, audiences, signing key.
+    pub tokens: auth::serviceaccount::TokenConfig,
 }
 
 impl Config {
@@ -115,6 +117,7 @@ impl Config {
             services: services::ServiceConfig::default(),
             advertise_address: None,
             allocation_repair_interval: Duration::from_secs(30),
+            tokens: Default::default(),
             priority_and_fairness: false,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
@@ -243,7 +246,10 @@ pub async fn run(
     let registries = Arc::new(registries);
     bootstrap_namespaces(&registries).await?;
     start_services(&config, &registries, &storage, &listener, &shutdown).await?;
-    let authn = Arc::new(auth::Auth::new(&config.auth, &registries)?);
+    let issuer = auth::serviceaccount::Issuer::load(&config.tokens, &storage, &config.etcd_prefix)
+        .await
+        .map(Arc::new)?;
+    let authn = Arc::new(auth::Auth::new(&config.auth, &registries, Some(issuer))?);
     let admission = Arc::new(admission::Admission::new(
         plugins,
         registries.clone(),

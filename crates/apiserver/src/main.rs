@@ -118,6 +118,19 @@ struct Flags {
     /// at rest, and how.
     #[arg(long)]
     encryption_provider_config: Option<std::path::PathBuf>,
+    /// The `iss` of ServiceAccount tokens (and the OpenID issuer URL).
+    #[arg(long)]
+    service_account_issuer: Option<String>,
+    /// Audiences tokens are accepted for (default: the issuer).
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// A PKCS#8 PEM P-256 private key ServiceAccount tokens are signed with (default: a key
+    /// kept in storage, shared by every apiserver on it).
+    #[arg(long)]
+    service_account_signing_key_file: Option<std::path::PathBuf>,
+    /// Accepted for compatibility: tokens are verified with the signing key's public half.
+    #[arg(long)]
+    service_account_key_file: Option<std::path::PathBuf>,
     /// The ranges cluster IPs are allocated from: one CIDR, or two (one per IP family) for
     /// dual-stack.
     #[arg(long, default_value = "10.96.0.0/12")]
@@ -194,6 +207,12 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--service-node-port-range: {e}"))?,
     };
     config.advertise_address = f.advertise_address;
+    config.tokens = rkube_apiserver::auth::serviceaccount::TokenConfig {
+        issuer: f.service_account_issuer.clone(),
+        audiences: f.api_audiences.clone(),
+        signing_key_file: f.service_account_signing_key_file.clone(),
+    };
+    let _ = &f.service_account_key_file;
     config.enable_admission_plugins = f.enable_admission_plugins.clone();
     config.disable_admission_plugins = f.disable_admission_plugins.clone();
     config.default_toleration_seconds = (

@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod rbac;
+pub mod serviceaccount;
 pub mod tokens;
 
 use std::collections::HashMap;
@@ -67,6 +68,9 @@ impl Default for AuthConfig {
 /// The loaded chain.
 pub struct Auth {
     tokens: HashMap<String, UserInfo>,
+    /// ServiceAccount tokens: issued and verified (None: not configured).
+    issuer: Option<Arc<serviceaccount::Issuer>>,
+    service_accounts: Option<Arc<Registry>>,
     anonymous: bool,
     modes: Vec<Mode>,
     rbac: Option<rbac::Rbac>,
@@ -75,7 +79,11 @@ pub struct Auth {
 
 impl Auth {
     /// Loads the token file; a malformed one is an error naming the line.
-    pub fn new(cfg: &AuthConfig, registries: &Registries) -> anyhow::Result<Self> {
+    pub fn new(
+        cfg: &AuthConfig,
+        registries: &Registries,
+        issuer: Option<Arc<serviceaccount::Issuer>>,
+    ) -> anyhow::Result<Self> {
         let tokens = match &cfg.token_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -95,6 +103,8 @@ impl Auth {
             .transpose()?;
         Ok(Auth {
             tokens,
+            issuer,
+            service_accounts: registries.get(&("", "serviceaccounts")).cloned(),
             anonymous: cfg.anonymous,
             modes: cfg.modes.clone(),
             rbac,
@@ -103,7 +113,10 @@ impl Auth {
     }
 
     /// Who sent the request: a known bearer token's user, or anonymous when allowed.
-    pub fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<UserInfo, ApiError> {
+    pub async fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<UserInfo, ApiError> {
         let bearer = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -112,15 +125,85 @@ impl Auth {
         match bearer {
             Some(token) => self
                 .authenticate_token(token)
+                .await
                 .ok_or_else(ApiError::unauthorized),
             None if self.anonymous => Ok(UserInfo::anonymous()),
             None => Err(ApiError::unauthorized()),
         }
     }
 
-    /// The user a bearer token stands for, if any (requests and TokenReviews alike).
-    pub fn authenticate_token(&self, token: &str) -> Option<UserInfo> {
-        self.tokens.get(token).cloned()
+    /// The user a bearer token stands for, if any (requests and TokenReviews alike): a
+    /// `--token-auth-file` token, or a ServiceAccount token for the API's audiences.
+    pub async fn authenticate_token(&self, token: &str) -> Option<UserInfo> {
+        self.authenticate_token_for(token, &[]).await
+    }
+
+    /// As `authenticate_token`, for `audiences` (the API's own when empty).
+    pub async fn authenticate_token_for(
+        &self,
+        token: &str,
+        audiences: &[String],
+    ) -> Option<UserInfo> {
+        if let Some(u) = self.tokens.get(token) {
+            return Some(u.clone());
+        }
+        let claims = self.issuer.as_ref()?.verify(token, audiences)?;
+        // The account (and the object the token is bound to) must still be the same one.
+        let sa = self
+            .current(
+                self.service_accounts.as_ref(),
+                &claims.namespace,
+                &claims.name,
+            )
+            .await?;
+        if !claims.uid.is_empty() && rkube_api::meta::uid(&sa) != claims.uid {
+            return None;
+        }
+        if let Some((kind, name, uid)) = &claims.bound {
+            if kind == "Pod" {
+                let pod = self
+                    .current(self.pods.as_ref(), &claims.namespace, name)
+                    .await?;
+                if !uid.is_empty() && rkube_api::meta::uid(&pod) != *uid {
+                    return None;
+                }
+                if rkube_api::meta::deletion_timestamp(&pod).is_some() {
+                    return None;
+                }
+            }
+        }
+        Some(UserInfo {
+            name: format!("system:serviceaccount:{}:{}", claims.namespace, claims.name),
+            uid: rkube_api::meta::uid(&sa).to_string(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{}", claims.namespace),
+                authz::AUTHENTICATED.into(),
+            ],
+        })
+    }
+
+    /// The ServiceAccount token issuer, when tokens are configured.
+    pub fn issuer(&self) -> Option<&Arc<serviceaccount::Issuer>> {
+        self.issuer.as_ref()
+    }
+
+    /// The object from the watch cache, or from storage when the cache has not seen it (a
+    /// token issued a moment after its account was made).
+    async fn current(
+        &self,
+        reg: Option<&Arc<Registry>>,
+        ns: &str,
+        name: &str,
+    ) -> Option<serde_json::Value> {
+        let reg = reg?;
+        if let Some(cache) = &reg.cache {
+            if let Ok((Some(o), _)) = cache.get(&reg.key(ns, name)) {
+                return Some(o.value());
+            }
+        }
+        let bytes = reg.get(ns, name, None).await.ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// The `--authorization-mode` chain's verdict: Ok, or the reason of a Deny ("" when

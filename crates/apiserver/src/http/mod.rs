@@ -324,6 +324,7 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
         ("create", None, false) => create::create(&s, body).await,
         ("create", Some("binding"), true) => subresources::bind(&s, body).await,
         ("create", Some("eviction"), true) => subresources::evict(&s, body).await,
+        ("create", Some("token"), true) => subresources::token(&s, body).await,
         ("update", None | Some("status") | Some("finalize") | Some("approval"), true) => {
             update::update(&s, body).await
         }
@@ -362,6 +363,15 @@ pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
         let accept = header(req.headers(), "accept");
         if path == "/openapi/v2" {
             return openapi::v2(accept);
+        }
+        if let Some(issuer) = state.auth.issuer() {
+            match path {
+                "/.well-known/openid-configuration" => {
+                    return json_value(StatusCode::OK, &issuer.openid_configuration())
+                }
+                "/openid/v1/jwks" => return json_value(StatusCode::OK, &issuer.jwks()),
+                _ => {}
+            }
         }
         if path == "/api" || path == "/apis" {
             if let Some(v) = discovery::wants_aggregated(accept) {

@@ -35,11 +35,11 @@ pub async fn serve(
         .as_ref()
         .and_then(|r| r.namespace.clone())
         .unwrap_or_default();
-    answer(def, info.verb, &namespace, review, &state.auth, user)
+    answer(def, info.verb, &namespace, review, &state.auth, user).await
 }
 
 /// Answers a review (`create` only) with its `status` filled in.
-pub fn answer(
+pub async fn answer(
     def: &ResourceDef,
     verb: &str,
     namespace: &str,
@@ -93,7 +93,17 @@ pub fn answer(
         }
         "tokenreviews" => {
             let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
-            match auth.authenticate_token(token) {
+            let audiences: Vec<String> = spec
+                .get("audiences")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default();
+            match auth.authenticate_token_for(token, &audiences).await {
                 Some(u) => {
                     let mut info = json!({"username": u.name, "groups": u.groups});
                     if !u.uid.is_empty() {

@@ -63,6 +63,125 @@ pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     Ok(status(201))
 }
 
+/// `POST serviceaccounts/{name}/token` (TokenRequest): a signed token for the account, for
+/// the audiences and lifetime asked (default: the API's, one hour), optionally bound to a pod
+/// or secret that must exist.
+pub async fn token(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
+    let dry = s.dry_run()?;
+    let (_, mut req) = read_object(&s.content_type, read_body(body).await?)?;
+    let issuer = s
+        .state
+        .auth
+        .issuer()
+        .cloned()
+        .ok_or_else(|| ApiError::internal("ServiceAccount tokens are not configured"))?;
+    let sa: Value = serde_json::from_slice(&s.reg.get(s.ns, s.name(), None).await?)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let invalid = |field: &str, msg: String| {
+        ApiError::invalid(
+            "authentication.k8s.io",
+            "TokenRequest",
+            s.name(),
+            vec![StatusCause {
+                reason: "FieldValueInvalid".into(),
+                message: msg,
+                field: field.into(),
+            }],
+        )
+    };
+    let expiration = req
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
+    if expiration < crate::auth::serviceaccount::MIN_EXPIRATION {
+        return Err(invalid(
+            "spec.expirationSeconds",
+            format!("Invalid value: {expiration}: may not specify a duration less than 10 minutes"),
+        ));
+    }
+    let expiration = expiration.min(crate::auth::serviceaccount::MAX_EXPIRATION);
+    let audiences: Vec<String> = req
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut bound = None;
+    if let Some(r) = req.pointer("/spec/boundObjectRef").filter(|r| !r.is_null()) {
+        let kind = r
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let name = r
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let plural = match kind.as_str() {
+            "Pod" => "pods",
+            "Secret" => "secrets",
+            other => {
+                return Err(invalid(
+                    "spec.boundObjectRef.kind",
+                    format!("Unsupported value: {other:?}: supported values: \"Pod\", \"Secret\""),
+                ))
+            }
+        };
+        let reg = s
+            .state
+            .registries
+            .get(&("", plural))
+            .ok_or_else(crate::request::not_found_path)?;
+        let obj: Value = serde_json::from_slice(&reg.get(s.ns, &name, None).await?)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let uid = meta::uid(&obj).to_string();
+        if let Some(want) = r
+            .get("uid")
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty())
+        {
+            if want != uid {
+                return Err(ApiError::conflict(
+                    &GroupResource::new("", plural),
+                    &name,
+                    &format!("the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated"),
+                ));
+            }
+        }
+        bound = Some((kind, name, uid));
+    }
+    let claims = crate::auth::serviceaccount::Claims {
+        namespace: s.ns.to_string(),
+        name: s.name().to_string(),
+        uid: meta::uid(&sa).to_string(),
+        bound,
+    };
+    let (token, exp) = issuer
+        .issue(&claims, &audiences, expiration)
+        .map_err(ApiError::internal)?;
+    req["apiVersion"] = json!("authentication.k8s.io/v1");
+    req["kind"] = json!("TokenRequest");
+    meta::set_meta(&mut req, "name", json!(s.name()));
+    meta::set_meta(&mut req, "namespace", json!(s.ns));
+    meta::set_meta(&mut req, "creationTimestamp", json!(meta::now_rfc3339()));
+    req["spec"]["expirationSeconds"] = json!(expiration);
+    req["spec"]["audiences"] = json!(if audiences.is_empty() {
+        issuer.audiences.clone()
+    } else {
+        audiences
+    });
+    req["status"] = json!({
+        "token": if dry { String::new() } else { token },
+        "expirationTimestamp": meta::rfc3339(exp),
+    });
+    Ok(json_value(StatusCode::CREATED, &req))
+}
+
 /// Charges the disruption budget covering the pod, or refuses the eviction.
 async fn charge_budget(s: &Scope<'_>, dry_run: bool) -> Result<(), ApiError> {
     let Some(pdbs) = s.state.registries.get(&("policy", "poddisruptionbudgets")) else {

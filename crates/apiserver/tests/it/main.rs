@@ -8,4 +8,5 @@ mod harness;
 mod kinds;
 mod services;
 mod tls;
+mod tokens;
 mod watch;

@@ -1,0 +1,157 @@
+//! ServiceAccount tokens: `serviceaccounts/{name}/token` issues them, requests and
+//! TokenReviews authenticate them as `system:serviceaccount:<ns>:<name>`, deleting the account
+//! (or the pod a token is bound to) revokes them, the issuer publishes its keys.
+
+use serde_json::{json, Value};
+
+use crate::cases;
+use crate::harness::Cluster;
+
+async fn whoami(c: &Cluster, token: &str) -> (u16, Value) {
+    let resp = c
+        .http
+        .post(format!(
+            "{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            c.base
+        ))
+        .bearer_auth(token)
+        .json(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The token is refused once the apiserver's cache has seen the change (within 10 s).
+async fn refused_soon(c: &Cluster, token: &str, why: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while whoami(c, token).await.0 != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still accepted: {why}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+async fn tokens_are_issued_checked_and_revoked(c: &Cluster) {
+    let (code, sa) = c
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts",
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{sa}");
+    let path = "/api/v1/namespaces/default/serviceaccounts/robot/token";
+    let (code, tr) = c
+        .post(
+            path,
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{tr}");
+    let token = tr["status"]["token"].as_str().unwrap().to_string();
+    assert!(tr["status"]["expirationTimestamp"].is_string());
+    assert_eq!(tr["spec"]["expirationSeconds"], 3600);
+    let (code, me) = whoami(c, &token).await;
+    assert_eq!(code, 201, "{me}");
+    assert_eq!(
+        me["status"]["userInfo"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    assert_eq!(me["status"]["userInfo"]["uid"], sa["metadata"]["uid"]);
+    let groups = me["status"]["userInfo"]["groups"].as_array().unwrap();
+    assert!(
+        groups.contains(&json!("system:serviceaccounts:default")),
+        "{me}"
+    );
+    // TokenReview agrees, for the API's audience and not for another.
+    let (_, review) = c.post("/apis/authentication.k8s.io/v1/tokenreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})).await;
+    assert_eq!(review["status"]["authenticated"], true, "{review}");
+    assert_eq!(
+        review["status"]["user"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    let (_, other) = c.post("/apis/authentication.k8s.io/v1/tokenreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token, "audiences": ["vault"]}})).await;
+    assert!(other["status"]["authenticated"].is_null(), "{other}");
+    // Too short a lifetime is refused.
+    let (code, st) = c.post(path, &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 60}})).await;
+    assert_eq!(code, 422, "{st}");
+    // A token bound to a pod dies with it.
+    let (code, _) = c
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &crate::harness::pod("holder", json!({})),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let (code, bound) = c
+        .post(
+            path,
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "holder"}}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{bound}");
+    let bound = bound["status"]["token"].as_str().unwrap().to_string();
+    assert_eq!(whoami(c, &bound).await.0, 201);
+    let (code, _) = c
+        .delete(
+            "/api/v1/namespaces/default/pods/holder?gracePeriodSeconds=0",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200);
+    refused_soon(c, &bound, "the pod is gone").await;
+    // Deleting the account revokes its tokens; a forged one never worked.
+    let mut forged = token.clone();
+    forged.truncate(token.len() - 4);
+    forged.push_str("AAAA");
+    assert_eq!(whoami(c, &forged).await.0, 401);
+    let (code, _) = c
+        .delete("/api/v1/namespaces/default/serviceaccounts/robot", None)
+        .await;
+    assert_eq!(code, 200);
+    refused_soon(c, &token, "the account is gone").await;
+    // The issuer's discovery documents.
+    let (code, conf) = c.get("/.well-known/openid-configuration").await;
+    assert_eq!(code, 200, "{conf}");
+    assert_eq!(
+        conf["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    let (_, jwks) = c.get("/openid/v1/jwks").await;
+    assert_eq!(jwks["keys"][0]["alg"], "ES256");
+    // Another apiserver on the same store verifies the same tokens.
+    let (code, sa2) = c
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts",
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot2"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{sa2}");
+    let (_, tr) = c
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/robot2/token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await;
+    let token2 = tr["status"]["token"].as_str().unwrap().to_string();
+    let (second, _stop) = c.second_apiserver().await;
+    let resp = c
+        .http
+        .post(format!(
+            "{second}/apis/authentication.k8s.io/v1/selfsubjectreviews"
+        ))
+        .bearer_auth(&token2)
+        .json(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+}
+
+cases! {
+    tokens_are_issued_checked_and_revoked, tokens_are_issued_checked_and_revoked_rkube, tokens_are_issued_checked_and_revoked_etcd;
+}
