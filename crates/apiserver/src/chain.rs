@@ -158,7 +158,8 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
     let authn = match peer.as_ref().and_then(|p| p.cert_user.clone()) {
         Some(user) => Ok(user),
         None => chain.auth.authenticate(req.headers()).await,
-    };
+    }
+    .and_then(|user| impersonate(&chain, user, req.headers()));
     let Some(auditor) = &chain.audit else {
         // No auditing: the short path.
         let user = match authn {
@@ -331,6 +332,87 @@ async fn run(next: Next, req: Request, user: UserInfo, info: Arc<RequestInfo>) -
 
 /// The `--authorization-mode` chain's verdict (403 with upstream's message). It needs nothing
 /// of the body, so a request nobody may make is refused before its body is read.
+/// Impersonation (`Impersonate-User`, `Impersonate-Group`, `Impersonate-Uid`; extras are
+/// accepted and not kept): the requester must be allowed to `impersonate` each (users,
+/// groups, uids, or the ServiceAccount a `system:serviceaccount:<ns>:<name>` user names); the
+/// request then runs as the user named, with the groups named (a ServiceAccount's groups, and
+/// `system:authenticated`, added as upstream).
+fn impersonate(
+    chain: &Chain,
+    requester: UserInfo,
+    headers: &axum::http::HeaderMap,
+) -> Result<UserInfo, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(String::from)
+            .collect()
+    };
+    let user = values("impersonate-user").into_iter().next();
+    let groups = values("impersonate-group");
+    let uid = values("impersonate-uid").into_iter().next();
+    if user.is_none() && groups.is_empty() && uid.is_none() {
+        return Ok(requester);
+    }
+    let Some(name) = user else {
+        return Err(ApiError::bad_request(
+            "requested impersonation of groups or a uid without impersonating a user",
+        ));
+    };
+    let check = |group: &str, resource: &str, namespace: &str, n: &str| {
+        let attrs = authz::Attributes {
+            verb: "impersonate".into(),
+            resource_request: true,
+            api_group: group.into(),
+            resource: resource.into(),
+            subresource: String::new(),
+            namespace: namespace.into(),
+            name: n.into(),
+            path: String::new(),
+        };
+        authorize(chain, &requester, &attrs)
+    };
+    let sa = name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'));
+    match sa {
+        Some((ns, sa_name)) => check("", "serviceaccounts", ns, sa_name)?,
+        None => check("", "users", "", &name)?,
+    }
+    for g in &groups {
+        check("", "groups", "", g)?;
+    }
+    if let Some(u) = &uid {
+        check("authentication.k8s.io", "uids", "", u)?;
+    }
+    let mut all = groups;
+    if let Some((ns, _)) = sa {
+        for g in [
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{ns}"),
+        ] {
+            if !all.contains(&g) {
+                all.push(g);
+            }
+        }
+    }
+    let extra = if name == authz::ANONYMOUS {
+        authz::UNAUTHENTICATED
+    } else {
+        authz::AUTHENTICATED
+    };
+    if !all.iter().any(|g| g == extra) {
+        all.push(extra.into());
+    }
+    Ok(UserInfo {
+        name,
+        uid: uid.unwrap_or_default(),
+        groups: all,
+    })
+}
+
 fn authorize(chain: &Chain, user: &UserInfo, attrs: &authz::Attributes) -> Result<(), ApiError> {
     chain.auth.authorize(user, attrs).map_err(|why| {
         tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource, path = %attrs.path, "forbidden");

@@ -361,7 +361,7 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
         "serviceaccount/robot created",
     );
     k.says(
-        &["create", "role", "reader", "--verb=get", "--resource=pods"],
+        &["create", "role", "reader", "--verb=get,list", "--resource=pods"],
         "role.rbac.authorization.k8s.io/reader created",
     );
     k.says(
@@ -392,5 +392,81 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
         contains(&out, what[1]);
     }
     k.says(&["describe", "svc", "web"], "Endpoints:");
+    // A ServiceAccount's token, used by a kubectl with nothing else to show.
+    let token = k
+        .ok(&["create", "token", "robot", "--duration=10m"])
+        .trim()
+        .to_string();
+    let server = k.ok(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+    ]);
+    let ca = k.ok(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+    ]);
+    let ca_file = c.dir.path().join("ca.crt");
+    use base64::Engine as _;
+    std::fs::write(
+        &ca_file,
+        base64::engine::general_purpose::STANDARD
+            .decode(ca.trim())
+            .unwrap(),
+    )
+    .unwrap();
+    let as_robot = |args: &[&str]| {
+        let out = std::process::Command::new(&k.bin)
+            .args([
+                "--kubeconfig=/dev/null",
+                &format!("--server={server}"),
+                &format!("--certificate-authority={}", ca_file.display()),
+                &format!("--token={token}"),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, who) = as_robot(&["auth", "whoami"]);
+    assert!(ok, "{who}");
+    contains(&who, "system:serviceaccount:default:robot");
+    let (ok, pods) = as_robot(&["get", "pods"]);
+    assert!(ok, "the rolebinding lets it read pods: {pods}");
+    let (ok, denied) = as_robot(&["get", "secrets"]);
+    assert!(!ok && denied.contains("forbidden"), "{denied}");
+    // Impersonation, as an administrator may.
+    assert_eq!(
+        k.ok(&[
+            "auth",
+            "can-i",
+            "get",
+            "pods",
+            "--as=system:serviceaccount:default:robot"
+        ])
+        .trim(),
+        "yes"
+    );
+    assert_eq!(
+        k.run(&[
+            "auth",
+            "can-i",
+            "delete",
+            "pods",
+            "--as=system:serviceaccount:default:robot"
+        ])
+        .status
+        .code(),
+        Some(1)
+    );
     k.says(&["events"], "ScalingReplicaSet");
 }
