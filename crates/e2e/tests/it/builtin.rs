@@ -361,7 +361,13 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
         "serviceaccount/robot created",
     );
     k.says(
-        &["create", "role", "reader", "--verb=get,list", "--resource=pods"],
+        &[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods",
+        ],
         "role.rbac.authorization.k8s.io/reader created",
     );
     k.says(
