@@ -133,6 +133,7 @@ wait_for "apiserver" 60 "${CURL[@]}" "$SERVER/readyz"
 
 say "starting rkube-controller-manager and rkube-scheduler"
 "$BIN/rkube-controller-manager" --kubeconfig "$(kubeconfig_of controller-manager)" --secure-port 10257 \
+  ${PKI:+--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key"} \
   >"$DIR/logs/controller-manager.log" 2>&1 &
 PIDS+=($!)
 "$BIN/rkube-scheduler" --kubeconfig "$(kubeconfig_of scheduler)" --secure-port 10259 \

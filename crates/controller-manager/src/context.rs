@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
@@ -43,6 +44,7 @@ pub struct Ctx {
     pub volumes: Arc<Store<PersistentVolume>>,
     pub storage_classes: Arc<Store<StorageClass>>,
     pub pdbs: Arc<Store<PodDisruptionBudget>>,
+    pub csrs: Arc<Store<CertificateSigningRequest>>,
     informers: std::sync::Mutex<Vec<Starter>>,
 }
 
@@ -152,6 +154,8 @@ impl Ctx {
         starts.push(s);
         let (pdbs, s) = informer(Api::<PodDisruptionBudget>::all(&client), &metrics);
         starts.push(s);
+        let (csrs, s) = informer(Api::<CertificateSigningRequest>::all(&client), &metrics);
+        starts.push(s);
         Arc::new(Ctx {
             client,
             recorder,
@@ -171,6 +175,7 @@ impl Ctx {
             volumes,
             storage_classes,
             pdbs,
+            csrs,
             informers: std::sync::Mutex::new(starts),
         })
     }
@@ -198,5 +203,6 @@ impl Ctx {
         self.volumes.wait_synced().await;
         self.storage_classes.wait_synced().await;
         self.pdbs.wait_synced().await;
+        self.csrs.wait_synced().await;
     }
 }

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 use crate::objects::labels_of;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 /// How long an evicted pod stays out of the healthy count before it is gone.
 const DISRUPTED_WINDOW_SECS: i64 = 120;
@@ -167,15 +167,7 @@ impl DisruptionController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "disruption",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "disruption", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {

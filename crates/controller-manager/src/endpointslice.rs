@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 use crate::endpoints::logic;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
@@ -142,15 +142,7 @@ impl EndpointSliceController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "endpointslice",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "endpointslice", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 /// One kind the collector sees, through its informer's store.
 trait Watched: Send + Sync {
@@ -186,15 +186,7 @@ impl GarbageCollector {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "garbagecollector",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "garbagecollector", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {

@@ -3,6 +3,7 @@
 //! informers, optionally behind a leader-election Lease.
 
 pub mod context;
+pub mod csrsigning;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
@@ -28,7 +29,7 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 12] = [
+pub const CONTROLLERS: [&str; 13] = [
     "deployment",
     "replicaset",
     "garbagecollector",
@@ -41,6 +42,7 @@ pub const CONTROLLERS: [&str; 12] = [
     "persistentvolume-binder",
     "pvc-protection",
     "disruption",
+    "csrsigning",
 ];
 
 #[derive(Clone, Debug)]
@@ -58,6 +60,9 @@ pub struct Config {
     /// `--root-ca-file`'s PEM, published in every namespace (default: the CA the client
     /// trusts the apiserver by).
     pub root_ca: Option<String>,
+    /// `--cluster-signing-cert-file` / `--cluster-signing-key-file`: the CA approved
+    /// CertificateSigningRequests are signed with (none: csrsigning does not run).
+    pub signing: Option<csrsigning::SigningCa>,
 }
 
 impl Config {
@@ -72,6 +77,7 @@ impl Config {
             node_monitor_grace_period: Duration::from_secs(40),
             node_monitor_period: Duration::from_secs(5),
             root_ca: None,
+            signing: None,
         }
     }
 
@@ -184,6 +190,10 @@ async fn run_controllers(
     let disruption = config
         .enabled("disruption")
         .then(|| disruption::DisruptionController::new(ctx.clone()));
+    let signer = match (&config.signing, config.enabled("csrsigning")) {
+        (Some(ca), true) => Some(csrsigning::CsrSigner::new(ctx.clone(), ca.clone())),
+        _ => None,
+    };
     ctx.start_informers(&shutdown);
     tokio::select! {
         _ = shutdown.cancelled() => return,
@@ -224,6 +234,9 @@ async fn run_controllers(
         c.start(2, shutdown.clone());
     }
     if let Some(c) = &disruption {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &signer {
         c.start(2, shutdown.clone());
     }
     ready.set(true);

@@ -38,6 +38,12 @@ struct Flags {
     /// (default: the CA this client trusts the apiserver by).
     #[arg(long)]
     root_ca_file: Option<std::path::PathBuf>,
+    /// The CA certificate (PEM) approved CertificateSigningRequests are signed with.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -61,6 +67,15 @@ async fn main() -> anyhow::Result<()> {
         .map(std::fs::read_to_string)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--root-ca-file: {e}"))?;
+    if let (Some(cert), Some(key)) = (&f.cluster_signing_cert_file, &f.cluster_signing_key_file) {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        };
+        config.signing = Some(rkube_controller_manager::csrsigning::SigningCa {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        });
+    }
     let addr = format!("{}:{}", f.bind_address, f.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 pub struct NamespaceController {
     ctx: Arc<Ctx>,
@@ -45,15 +45,7 @@ impl NamespaceController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "namespace",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "namespace", workers, shutdown);
     }
 
     async fn sync(&self, name: &str) -> Reconciled {

@@ -9,7 +9,7 @@ use rkube_client::{Api, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 pub const DEFAULT: &str = "default";
 
@@ -42,15 +42,7 @@ impl ServiceAccountsController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "serviceaccount",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "serviceaccount", workers, shutdown);
     }
 
     async fn sync(&self, ns: &str) -> Reconciled {

@@ -9,6 +9,23 @@ use rkube_client::{Error, WorkQueue};
 use rkube_daemon::metrics::{Registry, LATENCY_BUCKETS};
 use tokio_util::sync::CancellationToken;
 
+/// A controller's `start`: its `sync(&key)` run over its `queue` by `workers` workers, its
+/// metrics in its `ctx`'s registry, until `shutdown`.
+macro_rules! serve {
+    ($me:expr, $name:literal, $workers:expr, $shutdown:expr) => {
+        $crate::worker::spawn_workers(
+            $name,
+            $me.queue.clone(),
+            $workers,
+            &$me.ctx.metrics,
+            $shutdown,
+            $me.clone(),
+            |me, key| async move { me.sync(&key).await },
+        )
+    };
+}
+pub(crate) use serve;
+
 /// What a reconcile asks for next.
 pub type Reconciled = Result<Option<Duration>, Error>;
 

@@ -341,6 +341,15 @@ impl Cluster {
                 "--secure-port".into(),
                 port.to_string(),
             ];
+            if let (Some(p), "controller-manager") = (&pki, name) {
+                let f = |n: &str| p.join(n).to_str().unwrap().to_string();
+                args.extend([
+                    "--cluster-signing-cert-file".into(),
+                    f("ca.crt"),
+                    "--cluster-signing-key-file".into(),
+                    f("ca.key"),
+                ]);
+            }
             args.extend(extra.clone());
             c.add(name, bin, args, format!("http://127.0.0.1:{port}/readyz"));
             c.start_proc(name).await;

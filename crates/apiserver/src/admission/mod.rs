@@ -211,6 +211,22 @@ impl Admission {
                 _ => {}
             }
         }
+        if a.def.group == "certificates.k8s.io"
+            && a.def.plural == "certificatesigningrequests"
+            && a.operation == Operation::Create
+        {
+            // Upstream's PrepareForCreate: the requester, not the body, says who asked.
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("username".into(), json!(user.name));
+                spec.insert("groups".into(), json!(user.groups));
+                if user.uid.is_empty() {
+                    spec.remove("uid");
+                } else {
+                    spec.insert("uid".into(), json!(user.uid));
+                }
+                spec.remove("extra");
+            }
+        }
         if a.def.group == "scheduling.k8s.io"
             && a.def.plural == "priorityclasses"
             && a.operation != Operation::Delete
@@ -220,7 +236,6 @@ impl Admission {
             priority::admit_class(obj, &classes)
                 .map_err(|why| forbidden(a, meta::name(obj), &why))?;
         }
-        let _ = user;
         Ok(())
     }
 

@@ -438,6 +438,10 @@ async fn csr_approval_and_reviews(c: &Cluster) {
     let (code, csr) = c.post("/apis/certificates.k8s.io/v1/certificatesigningrequests", &json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
         "metadata": {"name": "alice"}, "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}})).await;
     assert_eq!(code, 201, "{csr}");
+    assert_eq!(
+        csr["spec"]["username"], "system:anonymous",
+        "the requester, as the apiserver saw it: {csr}"
+    );
     let approved = json!({"type": "Approved", "status": "True", "reason": "KubectlApprove", "message": "ok", "lastUpdateTime": "2026-11-24T10:00:00Z"});
     // The main resource cannot approve.
     let mut via_main = csr.clone();

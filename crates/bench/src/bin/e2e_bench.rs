@@ -222,15 +222,35 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(Str
 }
 
 async fn post(http: &reqwest::Client, base: &str, d: &Value) -> anyhow::Result<()> {
-    let r = http
-        .post(format!(
-            "{base}/apis/apps/v1/namespaces/default/deployments"
-        ))
-        .json(d)
-        .send()
-        .await?;
-    anyhow::ensure!(r.status().is_success(), "create deployment: {}", r.status());
-    Ok(())
+    // As client-go: a 429 (the apiserver's in-flight limit, e.g. while 1,000 nodes register)
+    // is retried after its Retry-After.
+    for _ in 0..10 {
+        let r = http
+            .post(format!(
+                "{base}/apis/apps/v1/namespaces/default/deployments"
+            ))
+            .json(d)
+            .send()
+            .await?;
+        let code = r.status();
+        if code.as_u16() == 429 {
+            let wait = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(wait.clamp(1, 5))).await;
+            continue;
+        }
+        anyhow::ensure!(
+            code.is_success(),
+            "create deployment: {code}: {}",
+            r.text().await.unwrap_or_default()
+        );
+        return Ok(());
+    }
+    anyhow::bail!("create deployment: still 429 after 10 tries")
 }
 
 /// (p50, p99) in ms of `runs` 1-replica Deployments, one after another.

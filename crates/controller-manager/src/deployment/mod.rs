@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{controller_key, selecting, Ctx};
 use crate::objects::{controller_ref, labels_of, selector};
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 use logic::*;
 
 pub struct DeploymentController {
@@ -95,15 +95,7 @@ impl DeploymentController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "deployment",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "deployment", workers, shutdown);
     }
 
     fn rs_api(&self, ns: &str) -> Api<ReplicaSet> {

@@ -16,7 +16,7 @@ use rkube_client::{Api, DeleteParams, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 /// Addresses one Endpoints object holds at most.
 pub const MAX_ADDRESSES: usize = 1000;
@@ -166,15 +166,7 @@ impl EndpointsController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "endpoint",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "endpoint", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {

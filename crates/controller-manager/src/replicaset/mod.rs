@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{controller_key, selecting, Ctx};
 use crate::expectations::Expectations;
 use crate::objects::{controller_ref, labels_of, selector};
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 use logic::{is_active, Diff};
 
 pub struct ReplicaSetController {
@@ -139,15 +139,7 @@ impl ReplicaSetController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "replicaset",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "replicaset", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 /// The class made when a cluster has none.
 pub const DEFAULT_CLASS: &str = "standard";
@@ -76,15 +76,7 @@ impl VolumeBinder {
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
         let me = self.clone();
         tokio::spawn(async move { me.ensure_default_class().await });
-        spawn_workers(
-            "persistentvolume-binder",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "persistentvolume-binder", workers, shutdown);
     }
 
     /// Creates the `standard` default class when the cluster has no class at all.

@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
-use crate::worker::{spawn_workers, Reconciled};
+use crate::worker::Reconciled;
 
 pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
@@ -83,15 +83,7 @@ impl Protection {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        spawn_workers(
-            "pvc-protection",
-            self.queue.clone(),
-            workers,
-            &self.ctx.metrics,
-            shutdown,
-            self.clone(),
-            |me, key| async move { me.sync(&key).await },
-        );
+        crate::worker::serve!(self, "pvc-protection", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {

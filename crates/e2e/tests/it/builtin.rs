@@ -450,6 +450,58 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
     assert!(ok, "the rolebinding lets it read pods: {pods}");
     let (ok, denied) = as_robot(&["get", "secrets"]);
     assert!(!ok && denied.contains("forbidden"), "{denied}");
+    // A client certificate through a CertificateSigningRequest: approved, signed, usable.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "alice");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "devs");
+    let csr_pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    let csr = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: alice}}\nspec:\n  request: {}\n  signerName: kubernetes.io/kube-apiserver-client\n  expirationSeconds: 86400\n  usages: [client auth]\n",
+        base64::engine::general_purpose::STANDARD.encode(&csr_pem)
+    );
+    let file = crate::kubectl::manifest(&c, "csr.yaml", &csr);
+    k.says(
+        &["create", "-f", &file],
+        "certificatesigningrequest.certificates.k8s.io/alice created",
+    );
+    k.says(&["get", "csr", "alice"], "Pending");
+    k.says(&["certificate", "approve", "alice"], "approved");
+    eventually("the certificate issued", || {
+        k.ok(&["get", "csr", "alice"]).contains("Approved,Issued")
+    });
+    let cert = k.jsonpath(&["csr", "alice"], "{.status.certificate}");
+    let cert_file = c.dir.path().join("alice.crt");
+    let key_file = c.dir.path().join("alice.key");
+    std::fs::write(
+        &cert_file,
+        base64::engine::general_purpose::STANDARD
+            .decode(cert.trim())
+            .unwrap(),
+    )
+    .unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let out = std::process::Command::new(&k.bin)
+        .args([
+            "--kubeconfig=/dev/null",
+            &format!("--server={server}"),
+            &format!("--certificate-authority={}", ca_file.display()),
+            &format!("--client-certificate={}", cert_file.display()),
+            &format!("--client-key={}", key_file.display()),
+            "auth",
+            "whoami",
+        ])
+        .output()
+        .unwrap();
+    let who =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{who}");
+    contains(&who, "alice");
+    contains(&who, "devs");
     // Impersonation, as an administrator may.
     assert_eq!(
         k.ok(&[
