@@ -32,7 +32,7 @@ impl CachedObject {
             return Err(format!("decoding {key}: not a JSON object"));
         }
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
-        crate::kinds::of(def).from_storage(&mut obj);
+        crate::kinds::of(def).storage_to_served(&mut obj);
         Ok(Self::from_value(def, key, &obj, rv))
     }
 

@@ -172,11 +172,11 @@ pub fn to_core(obj: &mut Value) {
 impl Strategy for EventsV1 {
     crate::typed_kind!(rkube_api::k8s::api::events::v1::Event);
 
-    fn from_storage(&self, obj: &mut Value) {
+    fn storage_to_served(&self, obj: &mut Value) {
         to_events_v1(obj);
     }
 
-    fn to_storage(&self, obj: &Value) -> Option<Value> {
+    fn served_to_storage(&self, obj: &Value) -> Option<Value> {
         let mut core = obj.clone();
         to_core(&mut core);
         Some(core)

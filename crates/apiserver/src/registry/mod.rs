@@ -154,13 +154,13 @@ impl Registry {
     /// storage version when this resource is another version's view (events.k8s.io Events).
     pub fn decode(&self, s: &crate::storage::Stored) -> Result<Value, ApiError> {
         let mut v = crate::storage::decode(s)?;
-        self.strategy.from_storage(&mut v);
+        self.strategy.storage_to_served(&mut v);
         Ok(v)
     }
 
     /// An object's stored bytes, converted to the storage version first where needed.
     pub fn encode(&self, obj: &Value) -> Vec<u8> {
-        match self.strategy.to_storage(obj) {
+        match self.strategy.served_to_storage(obj) {
             Some(stored) => crate::storage::encode(&stored),
             None => crate::storage::encode(obj),
         }

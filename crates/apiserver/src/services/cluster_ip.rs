@@ -247,8 +247,9 @@ fn candidates(range: &Cidr) -> impl Iterator<Item = IpAddr> + '_ {
     };
     let band = (size / 16).clamp(16, 256).min(last / 2).max(1);
     let upper = last.saturating_sub(band).saturating_add(1);
-    let random =
-        (0..16).filter_map(move |_| (upper > 0).then(|| band + rand::random::<u128>() % upper));
+    let random = (0..16)
+        .filter(move |_| upper > 0)
+        .map(move |_| band + rand::random::<u128>() % upper);
     let start = if upper > 0 {
         rand::random::<u128>() % upper
     } else {

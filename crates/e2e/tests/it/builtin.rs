@@ -394,7 +394,7 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
         ["sa", "robot"],
     ] {
         let out = k.ok(&["describe", what[0], what[1]]);
-        contains(&out, &format!("Name:"));
+        contains(&out, "Name:");
         contains(&out, what[1]);
     }
     k.says(&["describe", "svc", "web"], "Endpoints:");
