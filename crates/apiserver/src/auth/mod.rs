@@ -159,8 +159,8 @@ impl Auth {
         if !claims.uid.is_empty() && rkube_api::meta::uid(&sa) != claims.uid {
             return None;
         }
-        if let Some((kind, name, uid)) = &claims.bound {
-            if kind == "Pod" {
+        if let Some((resource, name, uid)) = &claims.bound {
+            if resource == "pods" {
                 let pod = self
                     .current(self.pods.as_ref(), &claims.namespace, name)
                     .await?;

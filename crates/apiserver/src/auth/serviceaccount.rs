@@ -44,7 +44,7 @@ pub struct Claims {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    /// (kind, name, uid) of the object the token is bound to.
+    /// (resource, name, uid) of the object the token is bound to (`pods`, `secrets`).
     pub bound: Option<(String, String, String)>,
 }
 
@@ -120,8 +120,8 @@ impl Issuer {
             "namespace": claims.namespace,
             "serviceaccount": {"name": claims.name, "uid": claims.uid},
         });
-        if let Some((kind, name, uid)) = &claims.bound {
-            k8s[kind.to_lowercase()] = json!({"name": name, "uid": uid});
+        if let Some((resource, name, uid)) = &claims.bound {
+            k8s[resource.trim_end_matches('s')] = json!({"name": name, "uid": uid});
         }
         let payload = json!({
             "aud": aud,
@@ -193,20 +193,15 @@ impl Issuer {
         }
         let k8s = payload.get("kubernetes.io")?;
         let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(String::from);
-        let bound = ["pod", "secret", "node"].iter().find_map(|kind| {
-            let b = k8s.get(*kind)?;
+        let bound = ["pod", "secret", "node"].iter().find_map(|key| {
+            let b = k8s.get(*key)?;
             let name = b.get("name")?.as_str()?.to_string();
             let uid = b
                 .get("uid")
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let kind = match *kind {
-                "pod" => "Pod",
-                "secret" => "Secret",
-                _ => "Node",
-            };
-            Some((kind.to_string(), name, uid))
+            Some((format!("{key}s"), name, uid))
         });
         Some(Claims {
             namespace: s(k8s, "/namespace")?,
@@ -306,7 +301,7 @@ mod tests {
             namespace: "ns".into(),
             name: "robot".into(),
             uid: "u1".into(),
-            bound: Some(("Pod".into(), "p".into(), "pu".into())),
+            bound: Some(("pods".into(), "p".into(), "pu".into())),
         };
         let (token, _) = i.issue(&claims, &[], 3600).unwrap();
         assert_eq!(i.verify(&token, &[]), Some(claims.clone()));

@@ -122,15 +122,11 @@ pub async fn token(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let plural = match kind.as_str() {
-            "Pod" => "pods",
-            "Secret" => "secrets",
-            other => {
-                return Err(invalid(
-                    "spec.boundObjectRef.kind",
-                    format!("Unsupported value: {other:?}: supported values: \"Pod\", \"Secret\""),
-                ))
-            }
+        let Some(plural) = crate::kinds::service::token_binding_resource(&kind) else {
+            return Err(invalid(
+                "spec.boundObjectRef.kind",
+                format!("Unsupported value: {kind:?}: supported values: \"Pod\", \"Secret\""),
+            ));
         };
         let reg = s
             .state
@@ -153,7 +149,7 @@ pub async fn token(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
                 ));
             }
         }
-        bound = Some((kind, name, uid));
+        bound = Some((plural.to_string(), name, uid));
     }
     let claims = crate::auth::serviceaccount::Claims {
         namespace: s.ns.to_string(),

@@ -220,6 +220,38 @@ impl Strategy for EventsV1 {
         }
     }
 
+    /// events.k8s.io's own names for the core Event field selectors (upstream's
+    /// `pkg/apis/events/v1/conversion.go`).
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "source",
+            "type",
+        ]
+    }
+
+    fn field_value(&self, obj: &Value, field: &str) -> String {
+        match field {
+            "source" => {
+                let c = s(obj, "/deprecatedSource/component");
+                if c.is_empty() {
+                    s(obj, "/reportingController")
+                } else {
+                    c
+                }
+            }
+            f => rkube_api::fields::field_at(obj, f),
+        }
+    }
+
     fn columns(&self) -> Vec<Column> {
         Event.columns()
     }

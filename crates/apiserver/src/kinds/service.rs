@@ -304,6 +304,16 @@ fn external_ip(obj: &Value) -> String {
     }
 }
 
+/// The resource a token's `boundObjectRef.kind` names, for the kinds a ServiceAccount token
+/// may be bound to (upstream's TokenRequest: Pod, Secret).
+pub fn token_binding_resource(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Pod" => Some("pods"),
+        "Secret" => Some("secrets"),
+        _ => None,
+    }
+}
+
 impl Strategy for ServiceAccount {
     crate::typed_kind!(core::ServiceAccount);
 

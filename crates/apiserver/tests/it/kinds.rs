@@ -417,6 +417,17 @@ async fn events_in_both_groups(c: &Cluster) {
     assert_eq!(e2["note"], "pulled");
     assert_eq!(e2["deprecatedCount"], 2);
     assert_eq!(e2["regarding"]["kind"], "Pod");
+    // Field selectors by each group's names.
+    let (code, picked) = c
+        .get("/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dweb")
+        .await;
+    assert_eq!(code, 200, "{picked}");
+    assert_eq!(picked["items"].as_array().unwrap().len(), 1, "{picked}");
+    let (code, picked) = c
+        .get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind%3DPod")
+        .await;
+    assert_eq!(code, 200, "{picked}");
+    assert_eq!(picked["items"][0]["metadata"]["name"], "e2");
     // The newer API requires what the older one did not.
     let (code, st) = c.post("/apis/events.k8s.io/v1/namespaces/default/events", &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e3"}, "reason": "R", "type": "Normal"})).await;
     assert_eq!(code, 422, "{st}");
