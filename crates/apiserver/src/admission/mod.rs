@@ -37,6 +37,7 @@ pub enum Plugin {
     Priority,
     DefaultStorageClass,
     StorageObjectInUseProtection,
+    ServiceAccount,
 }
 
 /// Every plugin in upstream's order, with whether it is on by default.
@@ -57,6 +58,7 @@ const ALL: &[(&str, Plugin, bool)] = &[
         true,
     ),
     ("Priority", Plugin::Priority, true),
+    ("ServiceAccount", Plugin::ServiceAccount, true),
     ("ResourceQuota", Plugin::ResourceQuota, true),
 ];
 
@@ -187,6 +189,9 @@ impl Admission {
             }
             if self.has(Plugin::AlwaysPullImages) {
                 always_pull(obj);
+            }
+            if a.operation == Operation::Create && self.has(Plugin::ServiceAccount) {
+                default_service_account(obj);
             }
             if a.operation == Operation::Create && self.has(Plugin::Priority) {
                 let classes = self.cluster_objects("scheduling.k8s.io", "priorityclasses");
@@ -448,6 +453,28 @@ pub fn always_pull(pod: &mut Value) {
             }
         }
     }
+}
+
+/// ServiceAccount (the account part; the projected token volume is not injected yet): a pod
+/// that names no account runs as `default` (or as its deprecated `serviceAccount`).
+fn default_service_account(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let named = spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if named {
+        return;
+    }
+    let legacy = spec
+        .get("serviceAccount")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    spec.insert("serviceAccountName".into(), json!(legacy));
 }
 
 /// DefaultTolerationSeconds: pods that do not tolerate the not-ready and unreachable NoExecute

@@ -119,14 +119,17 @@ impl Allocator {
                     .map_err(|why| ip_error(svc, req.ip, i, &why))?;
                 taken.ips.push(ip);
             }
-            for (i, req) in want.ports.iter() {
-                let port = self
-                    .ports
-                    .allocate(*req, dry_run)
-                    .await
-                    .map_err(|why| port_error(svc, *i, *req, &why))?;
-                taken.ports.push((*i, port));
-            }
+            // Every port of the Service in one compare-and-swap, however many it has.
+            let asked: Vec<Option<u16>> = want.ports.iter().map(|(_, r)| *r).collect();
+            let got = self
+                .ports
+                .allocate_all(&asked, dry_run)
+                .await
+                .map_err(|(k, why)| {
+                    let (i, req) = want.ports[k];
+                    port_error(svc, i, req, &why)
+                })?;
+            taken.ports = want.ports.iter().map(|(i, _)| *i).zip(got).collect();
             Ok(())
         }
         .await;

@@ -107,38 +107,61 @@ impl PortAllocator {
         Err("the node port allocation record is busy; try again".into())
     }
 
-    /// Takes `requested`, or any free port; the error is the reason as upstream words it.
-    pub async fn allocate(&self, requested: Option<u16>, dry_run: bool) -> Result<u16, String> {
+    /// Takes every port of `asked` (each the port requested, or any) in one change; the
+    /// error names the index of the one that could not be had.
+    pub async fn allocate_all(
+        &self,
+        asked: &[Option<u16>],
+        dry_run: bool,
+    ) -> Result<Vec<u16>, (usize, String)> {
+        if asked.is_empty() {
+            return Ok(Vec::new());
+        }
         let (lo, hi) = self.range;
-        if let Some(p) = requested {
-            if p < lo || p > hi {
-                return Err(format!(
-                    "provided port is not in the valid range. The range of valid ports is {lo}-{hi}"
-                ));
+        for (k, p) in asked.iter().enumerate() {
+            if let Some(p) = p {
+                if *p < lo || *p > hi {
+                    return Err((k, format!(
+                        "provided port is not in the valid range. The range of valid ports is {lo}-{hi}"
+                    )));
+                }
             }
         }
-        if dry_run {
-            let used = self.in_use().await?;
-            return match requested {
-                Some(p) if used.contains(&p) => Err("provided port is already allocated".into()),
-                Some(p) => Ok(p),
-                None => free_port(&used, self.range).ok_or_else(|| "range is full".into()),
-            };
-        }
         let range = self.range;
-        self.change(|ports| {
-            let p = match requested {
-                Some(p) if ports.contains(&p) => {
-                    return Err("provided port is already allocated".into())
+        let pick = |ports: &mut BTreeSet<u16>| -> Result<Vec<u16>, (usize, String)> {
+            let mut out = Vec::with_capacity(asked.len());
+            for (k, p) in asked.iter().enumerate() {
+                let p = match p {
+                    Some(p) if ports.contains(p) => {
+                        return Err((k, "provided port is already allocated".into()))
+                    }
+                    Some(p) => *p,
+                    None => free_port(ports, range).ok_or((k, "range is full".to_string()))?,
+                };
+                ports.insert(p);
+                out.push(p);
+            }
+            Ok(out)
+        };
+        if dry_run {
+            let mut used = self.in_use().await.map_err(|e| (0, e))?;
+            return pick(&mut used);
+        }
+        let mut refused = None;
+        let r = self
+            .change(|ports| match pick(ports) {
+                Ok(got) => Ok(Some(got)),
+                Err(e) => {
+                    refused = Some(e.clone());
+                    Err(e.1)
                 }
-                Some(p) => p,
-                None => free_port(ports, range).ok_or_else(|| "range is full".to_string())?,
-            };
-            ports.insert(p);
-            Ok(Some(p))
-        })
-        .await
-        .map(|p| p.unwrap_or(0))
+            })
+            .await;
+        match (r, refused) {
+            (Ok(got), _) => Ok(got.unwrap_or_default()),
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err((0, e)),
+        }
     }
 
     /// Gives ports back.

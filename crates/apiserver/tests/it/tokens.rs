@@ -79,13 +79,17 @@ async fn tokens_are_issued_checked_and_revoked(c: &Cluster) {
     let (code, st) = c.post(path, &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 60}})).await;
     assert_eq!(code, 422, "{st}");
     // A token bound to a pod dies with it.
-    let (code, _) = c
+    let (code, holder) = c
         .post(
             "/api/v1/namespaces/default/pods",
             &crate::harness::pod("holder", json!({})),
         )
         .await;
     assert_eq!(code, 201);
+    assert_eq!(
+        holder["spec"]["serviceAccountName"], "default",
+        "the ServiceAccount plugin names the account"
+    );
     let (code, bound) = c
         .post(
             path,
