@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::body::{read_body, read_object};
 use super::{json_value, ApiState};
+use crate::kinds::componentstatus::{status_of, ComponentStatus};
 use crate::request::RequestInfo;
 
 /// `POST /api/v1/namespaces/{ns}/bindings`: binds the pod the Binding names, exactly as its
@@ -59,14 +60,24 @@ pub async fn binding(
     super::subresources::bind(&s, req.into_body()).await
 }
 
-/// `GET componentstatuses[/{name}]`.
+/// `GET componentstatuses[/{name}]`, as a Table when asked (kubectl's columns).
 pub async fn component_statuses(
     state: &ApiState,
     info: &RequestInfo,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let r = info.resource.as_ref().expect("a resource request");
     let gr = rkube_api::GroupResource::new("", "componentstatuses");
-    let items = statuses(state).await;
+    let mut items = statuses(state).await;
+    if let Some(name) = &r.name {
+        items.retain(|i| meta::name(i) == name);
+    }
+    if table && !items.is_empty() {
+        return Ok(json_value(
+            StatusCode::OK,
+            &super::table::table(&ComponentStatus, &items, "", None, false),
+        ));
+    }
     match (info.verb, &r.name) {
         ("get", Some(name)) => items
             .into_iter()
@@ -81,14 +92,6 @@ pub async fn component_statuses(
     }
 }
 
-fn component(name: &str, healthy: Result<String, String>) -> Value {
-    let condition = match healthy {
-        Ok(message) => json!({"type": "Healthy", "status": "True", "message": message}),
-        Err(error) => json!({"type": "Healthy", "status": "False", "error": error}),
-    };
-    json!({"kind": "ComponentStatus", "apiVersion": "v1", "metadata": {"name": name}, "conditions": [condition]})
-}
-
 async fn statuses(state: &ApiState) -> Vec<Value> {
     let mut out = Vec::new();
     let leases = state
@@ -99,7 +102,7 @@ async fn statuses(state: &ApiState) -> Vec<Value> {
         ("controller-manager", "kube-controller-manager"),
         ("scheduler", "kube-scheduler"),
     ] {
-        out.push(component(name, lease_health(leases.as_ref(), lease).await));
+        out.push(status_of(name, lease_health(leases.as_ref(), lease).await));
     }
     let etcd = match &leases {
         Some(reg) => match reg.storage.current_revision(&reg.key("", "")).await {
@@ -108,7 +111,7 @@ async fn statuses(state: &ApiState) -> Vec<Value> {
         },
         None => Err("no storage".into()),
     };
-    out.push(component("etcd-0", etcd));
+    out.push(status_of("etcd-0", etcd));
     out
 }
 

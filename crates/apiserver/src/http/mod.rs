@@ -207,7 +207,10 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
     if resource.is_review() {
         let resp = match def.plural {
             "bindings" => computed::binding(&state, &info, &user, req).await,
-            "componentstatuses" => computed::component_statuses(&state, &info).await,
+            "componentstatuses" => {
+                let table = table::wants_table(header(req.headers(), "accept"));
+                computed::component_statuses(&state, &info, table).await
+            }
             _ => reviews::serve(&state, def, &info, &user, req).await,
         }
         .unwrap_or_else(|e| error_response(&e));

@@ -13,6 +13,7 @@ pub mod apps;
 pub mod autoscaling;
 pub mod batch;
 pub mod certificates;
+pub mod componentstatus;
 pub mod config;
 pub mod endpoints;
 pub mod event;

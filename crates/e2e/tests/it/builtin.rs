@@ -382,7 +382,10 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
     );
     k.says(&["get", "all"], "service/web");
     k.says(&["get", "apiservices"], "Local");
-    k.says(&["get", "cs"], "etcd-0");
+    let cs = k.ok(&["get", "cs"]);
+    contains(&cs, "MESSAGE");
+    let etcd = cs.lines().find(|l| l.starts_with("etcd-0")).unwrap_or("");
+    contains(etcd, "Healthy");
     for what in [
         ["svc", "web"],
         ["endpoints", "web"],
