@@ -171,33 +171,17 @@ pub fn validate_selector_template(obj: &Value, causes: &mut Vec<StatusCause>) {
         causes.push(StatusCause::required("spec.selector"));
         return;
     };
-    let match_labels = string_map(sel.get("matchLabels"));
-    let exprs: Vec<(String, String, Vec<String>)> = sel
-        .get("matchExpressions")
-        .and_then(|m| m.as_array())
-        .map(|a| {
-            a.iter()
-                .map(|e| {
-                    let s = |k: &str| e.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
-                    let values = e
-                        .get("values")
-                        .and_then(|v| v.as_array())
-                        .map(|v| {
-                            v.iter()
-                                .filter_map(|x| x.as_str().map(String::from))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    (s("key"), s("operator"), values)
-                })
-                .collect()
+    let empty = |k: &str| {
+        sel.get(k).is_none_or(|v| {
+            v.as_object().is_some_and(|m| m.is_empty())
+                || v.as_array().is_some_and(|a| a.is_empty())
         })
-        .unwrap_or_default();
-    if match_labels.is_empty() && exprs.is_empty() {
+    };
+    if empty("matchLabels") && empty("matchExpressions") {
         causes.push(StatusCause::invalid_raw("spec.selector", "v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}", "empty selector is invalid for deployment"));
         return;
     }
-    match rkube_api::LabelSelector::from_parts(&match_labels, &exprs) {
+    match rkube_api::LabelSelector::from_json(sel) {
         Err(e) => causes.push(StatusCause::invalid("spec.selector", "", &e)),
         Ok(s) => {
             let labels = string_map(obj.pointer("/spec/template/metadata/labels"));

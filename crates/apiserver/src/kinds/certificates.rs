@@ -29,7 +29,7 @@ impl Strategy for CertificateSigningRequest {
         if let Some(c) = conditions {
             super::set_at(&mut merged, "/status/conditions", c);
         }
-        keep_preconditions(&mut merged, new);
+        super::keep_preconditions(&mut merged, new);
         *new = merged;
     }
 
@@ -42,7 +42,7 @@ impl Strategy for CertificateSigningRequest {
                 None => super::remove_at(&mut merged, "/status/conditions"),
             }
         }
-        keep_preconditions(&mut merged, new);
+        super::keep_preconditions(&mut merged, new);
         *new = merged;
     }
 
@@ -165,15 +165,5 @@ impl Strategy for CertificateSigningRequest {
             json!(duration),
             json!(conditions.join(",")),
         ]
-    }
-}
-
-/// The request's own resourceVersion and uid preconditions stay on the merged object.
-fn keep_preconditions(merged: &mut Value, new: &Value) {
-    for f in ["resourceVersion", "uid"] {
-        match new.pointer(&format!("/metadata/{f}")).cloned() {
-            Some(v) => meta::set_meta(merged, f, v),
-            None => meta::remove_meta(merged, f),
-        }
     }
 }

@@ -313,13 +313,19 @@ pub fn status_only(new: &mut Value, old: &Value, with_metadata: bool) {
             }
         }
     }
+    keep_preconditions(&mut merged, new);
+    *new = merged;
+}
+
+/// The request's own resourceVersion and uid preconditions, carried onto the object a
+/// subresource update built from the stored one.
+pub fn keep_preconditions(merged: &mut Value, new: &Value) {
     for f in ["resourceVersion", "uid"] {
         match new.pointer(&format!("/metadata/{f}")).cloned() {
-            Some(v) => meta::set_meta(&mut merged, f, v),
-            None => meta::remove_meta(&mut merged, f),
+            Some(v) => meta::set_meta(merged, f, v),
+            None => meta::remove_meta(merged, f),
         }
     }
-    *new = merged;
 }
 
 /// Validation every object gets: its name (by the kind's rule), labels and annotations.
