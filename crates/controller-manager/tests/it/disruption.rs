@@ -73,9 +73,17 @@ async fn evictions_honour_the_budget() {
     // Replacements never turn Ready from here on: the budget stays spent.
     kubelet.cancel();
     evict(&pods, &victim).await.unwrap();
+    // A healthy one: a replacement still Pending may always be evicted, as upstream.
+    let ready = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
     let others: Vec<String> = live_pods(&env.client, "default", "app=web")
         .await
         .into_iter()
+        .filter(ready)
         .filter_map(|p| p.metadata.name)
         .filter(|n| *n != victim)
         .collect();
