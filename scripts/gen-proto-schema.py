@@ -33,6 +33,7 @@ ROOTS = [
     "api.core.v1.Binding", "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet",
     "api.apps.v1.StatefulSet", "api.apps.v1.DaemonSet", "api.apps.v1.ControllerRevision",
     "api.batch.v1.Job", "api.batch.v1.CronJob", "api.autoscaling.v2.HorizontalPodAutoscaler",
+    "api.autoscaling.v1.HorizontalPodAutoscaler",
     "api.policy.v1.PodDisruptionBudget", "api.discovery.v1.EndpointSlice", "api.events.v1.Event",
     "api.networking.v1.Ingress", "api.networking.v1.IngressClass", "api.networking.v1.NetworkPolicy",
     "api.networking.v1.ServiceCIDR", "api.networking.v1.IPAddress",

@@ -8,6 +8,7 @@ pub use k8s_openapi as k8s;
 pub mod authz;
 pub mod bounds;
 pub mod cidr;
+pub mod claims;
 pub mod continue_token;
 pub mod cron;
 pub mod decode;

@@ -78,7 +78,9 @@ macro_rules! res {
     };
 }
 
-/// One row per served resource, one line each.
+/// One row per served resource and version, one line each. A resource served in several
+/// versions of its group lists its storage (and preferred) version first; the other rows are
+/// views of the same objects, converted by the kind's strategy.
 #[rustfmt::skip]
 pub const RESOURCES: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false, &["ns"], &["status", "finalize"], &[], "namespaces", true),
@@ -104,6 +106,7 @@ pub const RESOURCES: &[ResourceDef] = &[
     res!("batch", "v1", "Job", "jobs", "job", true, &[], &["status"], &["all"], "jobs", true),
     res!("batch", "v1", "CronJob", "cronjobs", "cronjob", true, &["cj"], &["status"], &["all"], "cronjobs", true),
     res!("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true, &["hpa"], &["status"], &["all"], "horizontalpodautoscalers", true),
+    res!("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true, &["hpa"], &["status"], &["all"], "horizontalpodautoscalers", true),
     res!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", true, &["pdb"], &["status"], &[], "poddisruptionbudgets", true),
     res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, &[], &[], &[], "leases", true),
     res!("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", true, &[], &[], &[], "endpointslices", true),
@@ -213,6 +216,18 @@ pub fn discoverable_group_versions() -> Vec<(&'static str, &'static str)> {
 /// Every `group/version` stored, core first.
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     distinct_group_versions(RESOURCES.iter())
+}
+
+/// Every group with discoverable resources and its versions, preferred first; core first.
+pub fn discoverable_groups() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for (g, v) in discoverable_group_versions() {
+        match out.iter_mut().find(|(og, _)| *og == g) {
+            Some((_, vs)) => vs.push(v),
+            None => out.push((g, vec![v])),
+        }
+    }
+    out
 }
 
 fn distinct_group_versions(

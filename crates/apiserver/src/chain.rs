@@ -447,7 +447,6 @@ async fn seat(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     /// Serves `path` (and `/api/v1/fine`, answering "ok") behind a chain with `limits` and
     /// `audit`; its base URL.
@@ -458,7 +457,7 @@ mod tests {
         route: axum::routing::MethodRouter,
     ) -> String {
         let chain = Arc::new(Chain {
-            auth: Arc::new(Auth::new(&Default::default(), &HashMap::new(), None).unwrap()),
+            auth: Arc::new(Auth::new(&Default::default(), &Default::default(), None).unwrap()),
             limits,
             apf: None,
             audit,

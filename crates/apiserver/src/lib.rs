@@ -23,7 +23,6 @@ pub mod services;
 pub mod storage;
 pub mod tls;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,7 +217,7 @@ pub async fn run(
         &config.disable_admission_plugins,
     )
     .map_err(|e| anyhow::anyhow!("admission plugins: {e}"))?;
-    let mut registries = HashMap::new();
+    let mut registries = registry::Registries::default();
     let mut caches: Vec<Arc<Cacher>> = Vec::new();
     for def in RESOURCES {
         let cache = def.watch_cached.then(|| {
@@ -240,7 +239,7 @@ pub async fn run(
             &config.etcd_prefix,
             config.event_ttl,
         );
-        registries.insert((def.group, def.plural), Arc::new(reg));
+        registries.insert(reg);
     }
     register_gauges(&registry, &caches);
     let registries = Arc::new(registries);
@@ -507,8 +506,8 @@ const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
 /// APF's width of a request: LISTs by the number of objects their watch cache holds.
 fn list_width(registries: &registry::Registries) -> flowcontrol::Width {
     let caches: Vec<(&'static str, &'static str, Arc<Cacher>)> = registries
-        .iter()
-        .filter_map(|((g, p), r)| r.cache.clone().map(|c| (*g, *p, c)))
+        .values()
+        .filter_map(|r| r.cache.clone().map(|c| (r.def.group, r.def.plural, c)))
         .collect();
     Box::new(move |a| {
         if a.verb != "list" {

@@ -325,6 +325,8 @@ fn json_body(v: &impl Serialize) -> Result<(&'static str, Vec<u8>), Error> {
 pub struct Api<K> {
     client: Client,
     namespace: Option<String>,
+    /// A resource known at run time (discovered), overriding `K`'s own path.
+    dynamic: Option<Arc<crate::dynamic::ApiResource>>,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -333,9 +335,20 @@ impl<K> Clone for Api<K> {
         Api {
             client: self.client.clone(),
             namespace: self.namespace.clone(),
+            dynamic: self.dynamic.clone(),
             _k: PhantomData,
         }
     }
+}
+
+/// A list answer: the items and the list's metadata (the list's kind is not checked, so one
+/// type reads any resource's list, e.g. as `PartialObjectMeta`).
+#[derive(Debug, serde::Deserialize)]
+pub struct ObjectList<K> {
+    #[serde(default)]
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
+    #[serde(default = "Vec::new")]
+    pub items: Vec<K>,
 }
 
 impl<K: Resource> Api<K> {
@@ -343,6 +356,7 @@ impl<K: Resource> Api<K> {
         Api {
             client: client.clone(),
             namespace: Some(namespace.to_string()),
+            dynamic: None,
             _k: PhantomData,
         }
     }
@@ -351,6 +365,18 @@ impl<K: Resource> Api<K> {
         Api {
             client: client.clone(),
             namespace: None,
+            dynamic: None,
+            _k: PhantomData,
+        }
+    }
+
+    /// The verbs for a resource found by discovery, across all namespaces, its objects read
+    /// as `K` (typically `PartialObjectMeta`).
+    pub fn dynamic(client: &Client, resource: crate::dynamic::ApiResource) -> Self {
+        Api {
+            client: client.clone(),
+            namespace: None,
+            dynamic: Some(Arc::new(resource)),
             _k: PhantomData,
         }
     }
@@ -361,17 +387,17 @@ impl<K: Resource> Api<K> {
 
     /// `/api/v1/namespaces/ns/pods[/name[/sub]]`.
     pub fn path(&self, name: Option<&str>, sub: Option<&str>) -> String {
-        let mut p = if K::GROUP.is_empty() {
-            format!("/api/{}", K::VERSION)
-        } else {
-            format!("/apis/{}/{}", K::GROUP, K::VERSION)
+        let (group, version, plural) = match &self.dynamic {
+            Some(r) => (r.group.as_str(), r.version.as_str(), r.plural.as_str()),
+            None => (K::GROUP, K::VERSION, K::URL_PATH_SEGMENT),
         };
+        let mut p = crate::dynamic::group_version_path(group, version);
         if let Some(ns) = &self.namespace {
             p.push_str("/namespaces/");
             p.push_str(ns);
         }
         p.push('/');
-        p.push_str(K::URL_PATH_SEGMENT);
+        p.push_str(plural);
         if let Some(n) = name {
             p.push('/');
             p.push_str(n);
@@ -418,7 +444,7 @@ impl<K: Resource> Api<K> {
         }
     }
 
-    pub async fn list(&self, lp: &ListParams) -> Result<k8s_openapi::List<K>, Error> {
+    pub async fn list(&self, lp: &ListParams) -> Result<ObjectList<K>, Error> {
         let path = format!("{}{}", self.path(None, None), lp.query(false));
         self.client
             .send_json(reqwest::Method::GET, &path, None)

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod config;
+pub mod dynamic;
 pub mod error;
 pub mod events;
 pub mod informer;
@@ -14,7 +15,7 @@ pub mod wait;
 pub mod watch;
 pub mod workqueue;
 
-pub use client::{Api, Client, DeleteParams, ListParams, Patch, Resource};
+pub use client::{Api, Client, DeleteParams, ListParams, ObjectList, Patch, Resource};
 pub use config::{ClientFlags, Config};
 pub use error::Error;
 pub use informer::{Change, Informer, Store};

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rkube_client::informer::{index, split_key, Change};
-use rkube_client::{Api, DeleteParams, WorkQueue};
+use rkube_client::{Api, DeleteParams, Error, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
@@ -123,21 +123,7 @@ impl EndpointSliceController {
             queue: WorkQueue::new("endpointslice"),
         });
         crate::endpoints::watch_services_and_pods(&ctx, &c.queue);
-        let q = c.queue.clone();
-        ctx.endpoint_slices.on_change(move |ch| {
-            let s = match ch {
-                Change::Added(s) | Change::Updated { new: s, .. } | Change::Deleted(s) => s,
-            };
-            let labels = s.metadata.labels.as_ref();
-            let ours =
-                labels.and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(CONTROLLER);
-            if let (true, Some(svc)) = (ours, labels.and_then(|l| l.get(SERVICE_NAME))) {
-                q.add(format!(
-                    "{}/{svc}",
-                    s.metadata.namespace.as_deref().unwrap_or("")
-                ));
-            }
-        });
+        requeue_on_own_slices(&ctx, &c.queue, CONTROLLER);
         c
     }
 
@@ -154,21 +140,7 @@ impl EndpointSliceController {
         if !logic::managed(&svc) {
             return Ok(None);
         }
-        let api: Api<EndpointSlice> = Api::namespaced(&self.ctx.client, ns);
-        let mut existing: Vec<Arc<EndpointSlice>> = self
-            .ctx
-            .endpoint_slices
-            .by_index(index::NAMESPACE, ns)
-            .into_iter()
-            .filter(|s| {
-                let l = s.metadata.labels.as_ref();
-                l.and_then(|l| l.get(SERVICE_NAME)).map(String::as_str) == Some(name)
-                    && l.and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(CONTROLLER)
-            })
-            .collect();
-        existing.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let pods = self.ctx.pods.by_index(index::NAMESPACE, ns);
-        let labels = labels_for(&svc);
         let owner = OwnerReference {
             api_version: "v1".into(),
             kind: "Service".into(),
@@ -177,63 +149,138 @@ impl EndpointSliceController {
             controller: Some(true),
             block_owner_deletion: Some(true),
         };
-        let mut unused: Vec<Arc<EndpointSlice>> = existing;
-        for want in desired(&svc, &pods) {
-            // Reuse a slice with the same address type and ports (the first by name).
-            let reuse = unused
-                .iter()
-                .position(|s| {
-                    s.address_type == want.address_type
-                        && s.ports.clone().unwrap_or_default() == want.ports
-                })
-                .or_else(|| {
-                    unused
-                        .iter()
-                        .position(|s| s.address_type == want.address_type)
-                });
-            match reuse.map(|i| unused.remove(i)) {
-                Some(cur) => {
-                    if content_of(&cur) == want && cur.metadata.labels.as_ref() == Some(&labels) {
-                        continue;
-                    }
-                    let mut next = (*cur).clone();
-                    next.ports = Some(want.ports);
-                    next.endpoints = want.endpoints;
-                    next.metadata.labels = Some(labels.clone());
-                    next.metadata.owner_references = Some(vec![owner.clone()]);
-                    api.replace(next.metadata.name.as_deref().unwrap_or(""), &next)
-                        .await?;
-                }
-                None => {
-                    let mut s = EndpointSlice {
-                        address_type: want.address_type,
-                        endpoints: want.endpoints,
-                        ports: Some(want.ports),
-                        ..Default::default()
-                    };
-                    s.metadata.generate_name = Some(format!("{name}-"));
-                    s.metadata.namespace = Some(ns.to_string());
-                    s.metadata.labels = Some(labels.clone());
-                    s.metadata.owner_references = Some(vec![owner.clone()]);
-                    api.create(&s).await?;
-                }
-            }
-        }
-        for s in unused {
-            match api
-                .delete(
-                    s.metadata.name.as_deref().unwrap_or(""),
-                    &DeleteParams::default(),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let want = Slices {
+            namespace: ns,
+            service: name,
+            controller: CONTROLLER,
+            labels: labels_for(&svc),
+            annotations: None,
+            owner,
+        };
+        apply(&self.ctx, &want, desired(&svc, &pods)).await?;
         Ok(None)
     }
+}
+
+/// Queues `namespace/service` whenever one of `controller`'s slices of that Service changes
+/// (someone else edited or deleted it: put it back).
+pub fn requeue_on_own_slices(ctx: &Ctx, queue: &Arc<WorkQueue<String>>, controller: &'static str) {
+    let q = queue.clone();
+    ctx.endpoint_slices.on_change(move |ch| {
+        let s = match ch {
+            Change::Added(s) | Change::Updated { new: s, .. } | Change::Deleted(s) => s,
+        };
+        let labels = s.metadata.labels.as_ref();
+        let ours = labels.and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(controller);
+        if let (true, Some(svc)) = (ours, labels.and_then(|l| l.get(SERVICE_NAME))) {
+            q.add(format!(
+                "{}/{svc}",
+                s.metadata.namespace.as_deref().unwrap_or("")
+            ));
+        }
+    });
+}
+
+/// The slices one controller keeps for one Service: where, whose, labelled how.
+pub struct Slices<'a> {
+    pub namespace: &'a str,
+    pub service: &'a str,
+    /// The `managed-by` label's value: whose slices these are.
+    pub controller: &'a str,
+    pub labels: BTreeMap<String, String>,
+    /// `None`: left as they are.
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub owner: OwnerReference,
+}
+
+/// The controller's existing slices of the Service, by name.
+pub fn existing(ctx: &Ctx, ns: &str, service: &str, controller: &str) -> Vec<Arc<EndpointSlice>> {
+    let mut out: Vec<Arc<EndpointSlice>> = ctx
+        .endpoint_slices
+        .by_index(index::NAMESPACE, ns)
+        .into_iter()
+        .filter(|s| {
+            let l = s.metadata.labels.as_ref();
+            l.and_then(|l| l.get(SERVICE_NAME)).map(String::as_str) == Some(service)
+                && l.and_then(|l| l.get(MANAGED_BY)).map(String::as_str) == Some(controller)
+        })
+        .collect();
+    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out
+}
+
+/// Makes the controller's slices of a Service hold `contents`: existing slices are reused in
+/// name order (written only when they differ), new ones get generated names, surplus ones are
+/// deleted.
+pub async fn apply(ctx: &Ctx, want: &Slices<'_>, contents: Vec<Content>) -> Result<(), Error> {
+    let api: Api<EndpointSlice> = Api::namespaced(&ctx.client, want.namespace);
+    let mut unused = existing(ctx, want.namespace, want.service, want.controller);
+    for content in contents {
+        // Reuse a slice with the same address type and ports (the first by name).
+        let reuse = unused
+            .iter()
+            .position(|s| {
+                s.address_type == content.address_type
+                    && s.ports.clone().unwrap_or_default() == content.ports
+            })
+            .or_else(|| {
+                unused
+                    .iter()
+                    .position(|s| s.address_type == content.address_type)
+            });
+        match reuse.map(|i| unused.remove(i)) {
+            Some(cur) => {
+                let same_annotations = want
+                    .annotations
+                    .as_ref()
+                    .is_none_or(|a| cur.metadata.annotations.clone().unwrap_or_default() == *a);
+                if content_of(&cur) == content
+                    && cur.metadata.labels.as_ref() == Some(&want.labels)
+                    && same_annotations
+                {
+                    continue;
+                }
+                let mut next = (*cur).clone();
+                next.ports = Some(content.ports);
+                next.endpoints = content.endpoints;
+                next.metadata.labels = Some(want.labels.clone());
+                if let Some(a) = &want.annotations {
+                    next.metadata.annotations = (!a.is_empty()).then(|| a.clone());
+                }
+                next.metadata.owner_references = Some(vec![want.owner.clone()]);
+                api.replace(next.metadata.name.as_deref().unwrap_or(""), &next)
+                    .await?;
+            }
+            None => {
+                let mut s = EndpointSlice {
+                    address_type: content.address_type,
+                    endpoints: content.endpoints,
+                    ports: Some(content.ports),
+                    ..Default::default()
+                };
+                s.metadata.generate_name = Some(format!("{}-", want.service));
+                s.metadata.namespace = Some(want.namespace.to_string());
+                s.metadata.labels = Some(want.labels.clone());
+                s.metadata.annotations = want.annotations.clone().filter(|a| !a.is_empty());
+                s.metadata.owner_references = Some(vec![want.owner.clone()]);
+                api.create(&s).await?;
+            }
+        }
+    }
+    for s in unused {
+        match api
+            .delete(
+                s.metadata.name.as_deref().unwrap_or(""),
+                &DeleteParams::default(),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

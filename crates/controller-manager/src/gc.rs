@@ -1,45 +1,65 @@
-//! The garbage collector, for the kinds the controllers' informers hold (Deployments,
-//! ReplicaSets, Pods, Services, EndpointSlices): deletes dependents whose owners are gone (background), deletes dependents of an owner
-//! being deleted in the foreground and then lifts its `foregroundDeletion` finalizer, and strips
-//! owner references when an owner is deleted with `orphan`. An owner missing from the cache is
-//! confirmed absent with a live GET before anything is deleted; deletes carry a UID precondition.
+//! The garbage collector, over every resource the apiserver serves — discovered, not listed:
+//! the controllers' own informers where they have one, a metadata-only informer for every
+//! other listable, watchable, deletable resource (found again every 30 s, so custom
+//! resources join and leave). It deletes dependents whose owners are gone (background),
+//! deletes dependents of an owner being deleted in the foreground and then lifts its
+//! `foregroundDeletion` finalizer, and strips owner references when an owner is deleted with
+//! `orphan`. An owner missing from the cache is confirmed absent with a live GET before
+//! anything is deleted; deletes carry a UID precondition.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use rkube_client::dynamic::{self, ApiResource, PartialObjectMeta};
 use rkube_client::informer::{index, Change};
-use rkube_client::{Client, Error, Resource, Store, WorkQueue};
+use rkube_client::{Api, Client, Error, Informer, ListParams, Resource, Store, WorkQueue};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 use crate::worker::Reconciled;
 
-/// One kind the collector sees, through its informer's store.
+/// How often the served resources are discovered again.
+const REDISCOVERY: Duration = Duration::from_secs(30);
+
+/// Resources upstream's collector ignores: events, in both groups.
+fn ignored(r: &ApiResource) -> bool {
+    r.plural == "events" && (r.group.is_empty() || r.group == "events.k8s.io")
+}
+
+/// A group and kind as one key: `ReplicaSet.apps`, or `Pod` for the core group.
+fn group_kind(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
+
+/// One resource the collector sees, through an informer's store.
 trait Watched: Send + Sync {
-    fn kind(&self) -> &'static str;
-    fn api_version(&self) -> &'static str;
+    fn resource(&self) -> &ApiResource;
     fn meta(&self, ns: &str, name: &str) -> Option<ObjectMeta>;
     /// Objects with an owner reference to `uid`.
     fn owned_by(&self, uid: &str) -> Vec<ObjectMeta>;
+    /// Has the informer listed once?
+    fn synced(&self) -> bool;
 }
 
 struct Kind<K: Resource> {
-    kind: &'static str,
-    api_version: &'static str,
+    resource: ApiResource,
     store: Arc<Store<K>>,
 }
 
 impl<K: Resource> Watched for Kind<K> {
-    fn kind(&self) -> &'static str {
-        self.kind
-    }
-
-    fn api_version(&self) -> &'static str {
-        self.api_version
+    fn resource(&self) -> &ApiResource {
+        &self.resource
     }
 
     fn meta(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
+        let ns = if self.resource.namespaced { ns } else { "" };
         self.store.get_in(ns, name).map(|o| o.metadata().clone())
     }
 
@@ -50,18 +70,34 @@ impl<K: Resource> Watched for Kind<K> {
             .map(|o| o.metadata().clone())
             .collect()
     }
+
+    fn synced(&self) -> bool {
+        self.store.has_synced()
+    }
 }
+
+/// A watched resource and, for the collector's own informers, what stops them.
+struct Entry {
+    watched: Arc<dyn Watched>,
+    stop: Option<CancellationToken>,
+    added: std::time::Instant,
+}
+
+/// How long the collector waits for a new informer's first list before going on without it
+/// (a resource that cannot be listed must not stop collection everywhere).
+const SYNC_GRACE: Duration = Duration::from_secs(30);
 
 pub struct GarbageCollector {
     ctx: Arc<Ctx>,
     queue: Arc<WorkQueue<String>>,
-    kinds: Vec<Box<dyn Watched>>,
+    /// By group-kind.
+    kinds: RwLock<HashMap<String, Entry>>,
 }
 
-/// `Kind|namespace|name`.
-fn item(kind: &str, m: &ObjectMeta) -> String {
+/// `GroupKind|namespace|name`.
+fn item(gk: &str, m: &ObjectMeta) -> String {
     format!(
-        "{kind}|{}|{}",
+        "{gk}|{}|{}",
         m.namespace.as_deref().unwrap_or_default(),
         m.name.as_deref().unwrap_or_default()
     )
@@ -69,21 +105,6 @@ fn item(kind: &str, m: &ObjectMeta) -> String {
 
 fn has_finalizer(m: &ObjectMeta, f: &str) -> bool {
     m.finalizers.iter().flatten().any(|x| x == f)
-}
-
-/// `/api/v1/namespaces/ns/pods/name` for an apiVersion/kind, if rkube serves it.
-fn path(api_version: &str, kind: &str, ns: &str, name: &str) -> Option<String> {
-    let def = rkube_api::resources::find_kind(api_version, kind)?;
-    let mut p = if def.group.is_empty() {
-        format!("/api/{}", def.version)
-    } else {
-        format!("/apis/{}/{}", def.group, def.version)
-    };
-    if def.namespaced {
-        p.push_str(&format!("/namespaces/{ns}"));
-    }
-    p.push_str(&format!("/{}/{name}", def.plural));
-    Some(p)
 }
 
 enum OwnerState {
@@ -95,45 +116,150 @@ enum OwnerState {
 
 impl GarbageCollector {
     pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
-        fn kind<K: Resource>(
-            kind: &'static str,
-            api_version: &'static str,
-            store: &Arc<Store<K>>,
-        ) -> Box<dyn Watched> {
-            Box::new(Kind {
-                kind,
-                api_version,
-                store: store.clone(),
-            })
-        }
         let gc = Arc::new(GarbageCollector {
             ctx: ctx.clone(),
             queue: WorkQueue::new("garbagecollector"),
-            kinds: vec![
-                kind("Deployment", "apps/v1", &ctx.deployments),
-                kind("ReplicaSet", "apps/v1", &ctx.replicasets),
-                kind("Pod", "v1", &ctx.pods),
-                kind("Service", "v1", &ctx.services),
-                kind("EndpointSlice", "discovery.k8s.io/v1", &ctx.endpoint_slices),
-            ],
+            kinds: RwLock::default(),
         });
-        gc.watch(&ctx.deployments, "Deployment");
-        gc.watch(&ctx.replicasets, "ReplicaSet");
-        gc.watch(&ctx.pods, "Pod");
-        gc.watch(&ctx.services, "Service");
-        gc.watch(&ctx.endpoint_slices, "EndpointSlice");
+        // The controllers' informers that see every object of their resource.
+        gc.add_typed(&ctx.deployments);
+        gc.add_typed(&ctx.replicasets);
+        gc.add_typed(&ctx.pods);
+        gc.add_typed(&ctx.nodes);
+        gc.add_typed(&ctx.namespaces);
+        gc.add_typed(&ctx.services);
+        gc.add_typed(&ctx.endpoints);
+        gc.add_typed(&ctx.endpoint_slices);
+        gc.add_typed(&ctx.service_accounts);
+        gc.add_typed(&ctx.claims);
+        gc.add_typed(&ctx.volumes);
+        gc.add_typed(&ctx.storage_classes);
+        gc.add_typed(&ctx.pdbs);
+        gc.add_typed(&ctx.csrs);
         gc
     }
 
-    fn watched(&self, kind: &str) -> Option<&dyn Watched> {
-        self.kinds.iter().find(|k| k.kind() == kind).map(|k| &**k)
+    fn add_typed<K: Resource>(self: &Arc<Self>, store: &Arc<Store<K>>) {
+        let namespaced =
+            rkube_api::resources::find_kind(K::API_VERSION, K::KIND).is_none_or(|d| d.namespaced);
+        let resource = ApiResource {
+            group: K::GROUP.into(),
+            version: K::VERSION.into(),
+            plural: K::URL_PATH_SEGMENT.into(),
+            kind: K::KIND.into(),
+            namespaced,
+            verbs: Vec::new(),
+        };
+        self.add(resource, store.clone(), None);
     }
 
-    fn api_version_of(&self, kind: &str) -> &'static str {
-        self.watched(kind).map_or("v1", |k| k.api_version())
+    fn add<K: Resource>(
+        self: &Arc<Self>,
+        resource: ApiResource,
+        store: Arc<Store<K>>,
+        stop: Option<CancellationToken>,
+    ) {
+        let gk = group_kind(&resource.group, &resource.kind);
+        self.watch(&store, gk.clone());
+        let watched = Arc::new(Kind { resource, store });
+        self.kinds.write().unwrap().insert(
+            gk,
+            Entry {
+                watched,
+                stop,
+                added: std::time::Instant::now(),
+            },
+        );
     }
 
-    fn watch<K: Resource>(self: &Arc<Self>, store: &Arc<Store<K>>, kind: &'static str) {
+    /// Discovers the served resources now and every `REDISCOVERY`, starting a metadata-only
+    /// informer for each one not yet watched and stopping those of resources gone.
+    async fn run_discovery(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            match dynamic::discover(&self.ctx.client).await {
+                Ok(found) => self.follow(found, &shutdown),
+                Err(e) => {
+                    tracing::warn!(error = %e, "discovery failed; collector keeps what it watches")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(REDISCOVERY) => {}
+            }
+        }
+    }
+
+    fn follow(self: &Arc<Self>, found: Vec<ApiResource>, shutdown: &CancellationToken) {
+        let wanted: Vec<ApiResource> = found
+            .into_iter()
+            .filter(|r| r.has_verbs(&["list", "watch", "delete"]) && !ignored(r))
+            .collect();
+        let gone: Vec<String> = {
+            let kinds = self.kinds.read().unwrap();
+            kinds
+                .iter()
+                .filter(|(gk, e)| {
+                    e.stop.is_some()
+                        && !wanted.iter().any(|r| group_kind(&r.group, &r.kind) == **gk)
+                })
+                .map(|(gk, _)| gk.clone())
+                .collect()
+        };
+        for gk in gone {
+            if let Some(e) = self.kinds.write().unwrap().remove(&gk) {
+                tracing::info!(resource = %gk, "resource no longer served; collector stops watching it");
+                if let Some(stop) = e.stop {
+                    stop.cancel();
+                }
+            }
+        }
+        for r in wanted {
+            let gk = group_kind(&r.group, &r.kind);
+            if self.kinds.read().unwrap().contains_key(&gk) {
+                continue;
+            }
+            tracing::debug!(resource = %gk, "collector watches a discovered resource");
+            let api = Api::<PartialObjectMeta>::dynamic(&self.ctx.client, r.clone());
+            let inf = Informer::new(api, ListParams::default());
+            let store = inf.store();
+            store.add_index(index::OWNER_UID, index::owner_uid::<PartialObjectMeta>);
+            let stop = shutdown.child_token();
+            self.add(r, store, Some(stop.clone()));
+            inf.spawn(stop);
+        }
+    }
+
+    fn watched(&self, gk: &str) -> Option<Arc<dyn Watched>> {
+        self.kinds
+            .read()
+            .unwrap()
+            .get(gk)
+            .map(|e| e.watched.clone())
+    }
+
+    /// The path of an object of `gk`: from discovery, else from rkube's own table.
+    fn path_of(&self, gk: &str, api_version: &str, ns: &str, name: &str) -> Option<String> {
+        if let Some(w) = self.watched(gk) {
+            return Some(w.resource().object_path(ns, name));
+        }
+        let kind = gk.split('.').next().unwrap_or(gk);
+        let def = rkube_api::resources::find_kind(api_version, kind)?;
+        let r = ApiResource {
+            group: def.group.into(),
+            version: def.version.into(),
+            plural: def.plural.into(),
+            kind: kind.into(),
+            namespaced: def.namespaced,
+            verbs: Vec::new(),
+        };
+        Some(r.object_path(ns, name))
+    }
+
+    fn owner_gk(r: &OwnerReference) -> String {
+        group_kind(dynamic::group_of(&r.api_version), &r.kind)
+    }
+
+    fn watch<K: Resource>(self: &Arc<Self>, store: &Arc<Store<K>>, gk: String) {
         let me = self.clone();
         store.on_change(move |ch| {
             let (obj, deleted) = match ch {
@@ -145,10 +271,10 @@ impl GarbageCollector {
                 // Its dependents may now be dangling; an owner waiting on it may be done.
                 me.enqueue_dependents(m.uid.as_deref().unwrap_or_default());
                 for r in m.owner_references.iter().flatten() {
-                    if me.watched(&r.kind).is_some() {
+                    let owner = Self::owner_gk(r);
+                    if me.watched(&owner).is_some() {
                         me.queue.add(format!(
-                            "{}|{}|{}",
-                            r.kind,
+                            "{owner}|{}|{}",
                             m.namespace.as_deref().unwrap_or_default(),
                             r.name
                         ));
@@ -159,7 +285,7 @@ impl GarbageCollector {
             let deleting = m.deletion_timestamp.is_some()
                 && (has_finalizer(m, "orphan") || has_finalizer(m, "foregroundDeletion"));
             if deleting || m.owner_references.as_ref().is_some_and(|r| !r.is_empty()) {
-                me.queue.add(item(kind, m));
+                me.queue.add(item(&gk, m));
             }
         });
     }
@@ -172,24 +298,52 @@ impl GarbageCollector {
 
     /// (item, metadata) of every cached object with an owner reference to `uid`.
     fn dependents(&self, uid: &str) -> Vec<(String, ObjectMeta)> {
+        let kinds: Vec<(String, Arc<dyn Watched>)> = self
+            .kinds
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(gk, e)| (gk.clone(), e.watched.clone()))
+            .collect();
         let mut out = Vec::new();
-        for k in &self.kinds {
+        for (gk, k) in kinds {
             for m in k.owned_by(uid) {
-                out.push((item(k.kind(), &m), m));
+                out.push((item(&gk, &m), m));
             }
         }
         out
     }
 
-    fn cached(&self, kind: &str, ns: &str, name: &str) -> Option<ObjectMeta> {
-        self.watched(kind)?.meta(ns, name)
+    fn cached(&self, gk: &str, ns: &str, name: &str) -> Option<ObjectMeta> {
+        self.watched(gk)?.meta(ns, name)
+    }
+
+    /// The path of a watched object, from its item's parts.
+    fn object_path(&self, gk: &str, m: &ObjectMeta) -> Option<String> {
+        let w = self.watched(gk)?;
+        Some(w.resource().object_path(
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+        ))
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
+        tokio::spawn(self.clone().run_discovery(shutdown.clone()));
         crate::worker::serve!(self, "garbagecollector", workers, shutdown);
     }
 
     async fn sync(&self, key: &str) -> Reconciled {
+        // Dependents are looked up in every cache: decide nothing until all have listed (a
+        // resource discovered just now is still listing), as upstream's collector waits.
+        let unsynced = self
+            .kinds
+            .read()
+            .unwrap()
+            .values()
+            .any(|e| !e.watched.synced() && e.added.elapsed() < SYNC_GRACE);
+        if unsynced {
+            return Ok(Some(Duration::from_millis(100)));
+        }
         let mut parts = key.splitn(3, '|');
         let (kind, ns, name) = (
             parts.next().unwrap_or(""),
@@ -228,7 +382,7 @@ impl GarbageCollector {
                 OwnerState::Dangling => drop_refs.push(r.uid.clone()),
             }
         }
-        let Some(p) = path(self.api_version_of(kind), kind, ns, name) else {
+        let Some(p) = self.object_path(kind, &m) else {
             return Ok(None);
         };
         if solid > 0 {
@@ -261,11 +415,12 @@ impl GarbageCollector {
     }
 
     async fn owner_state(&self, r: &OwnerReference, ns: &str) -> Result<OwnerState, Error> {
-        let meta = match self.cached(&r.kind, ns, &r.name) {
+        let gk = Self::owner_gk(r);
+        let meta = match self.cached(&gk, ns, &r.name) {
             Some(m) if m.uid.as_deref() == Some(r.uid.as_str()) => Some(m),
             _ => {
                 // Not (yet) in the cache: ask the apiserver before calling it gone.
-                let Some(p) = path(&r.api_version, &r.kind, ns, &r.name) else {
+                let Some(p) = self.path_of(&gk, &r.api_version, ns, &r.name) else {
                     return Ok(OwnerState::Solid); // a kind we do not know: never delete for it
                 };
                 match self
@@ -294,13 +449,8 @@ impl GarbageCollector {
 
     async fn orphan_dependents(&self, uid: &str) -> Result<(), Error> {
         for (it, m) in self.dependents(uid) {
-            let kind = it.split('|').next().unwrap_or("");
-            let Some(p) = path(
-                self.api_version_of(kind),
-                kind,
-                m.namespace.as_deref().unwrap_or_default(),
-                m.name.as_deref().unwrap_or_default(),
-            ) else {
+            let gk = it.split('|').next().unwrap_or("");
+            let Some(p) = self.object_path(gk, &m) else {
                 continue;
             };
             let keep: Vec<&OwnerReference> = m
@@ -330,12 +480,7 @@ impl GarbageCollector {
             }
             if dm.deletion_timestamp.is_none() {
                 let dk = it.split('|').next().unwrap_or("");
-                if let Some(p) = path(
-                    self.api_version_of(dk),
-                    dk,
-                    dm.namespace.as_deref().unwrap_or_default(),
-                    dm.name.as_deref().unwrap_or_default(),
-                ) {
+                if let Some(p) = self.object_path(dk, dm) {
                     self.delete(&p, dm.uid.as_deref().unwrap_or_default(), "Foreground")
                         .await?;
                 }
@@ -348,12 +493,7 @@ impl GarbageCollector {
     }
 
     async fn remove_finalizer(&self, kind: &str, m: &ObjectMeta, f: &str) -> Result<(), Error> {
-        let Some(p) = path(
-            self.api_version_of(kind),
-            kind,
-            m.namespace.as_deref().unwrap_or_default(),
-            m.name.as_deref().unwrap_or_default(),
-        ) else {
+        let Some(p) = self.object_path(kind, m) else {
             return Ok(());
         };
         let rest: Vec<&String> = m.finalizers.iter().flatten().filter(|x| *x != f).collect();

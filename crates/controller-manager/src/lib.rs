@@ -1,6 +1,6 @@
-//! rkube-controller-manager: the Deployment, ReplicaSet, garbage-collector, node-lifecycle,
-//! namespace, Endpoints, EndpointSlice, ServiceAccount and root-CA controllers over shared
-//! informers, optionally behind a leader-election Lease.
+//! rkube-controller-manager: the workload, garbage-collector, node-lifecycle, namespace,
+//! Endpoints, EndpointSlice (and mirroring), ServiceAccount, root-CA, volume, disruption and
+//! CSR-signing controllers over shared informers, optionally behind a leader-election Lease.
 
 pub mod context;
 pub mod csrsigning;
@@ -8,6 +8,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod endpointslicemirroring;
 pub mod expectations;
 pub mod gc;
 pub mod namespace;
@@ -29,7 +30,7 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 13] = [
+pub const CONTROLLERS: [&str; 14] = [
     "deployment",
     "replicaset",
     "garbagecollector",
@@ -37,6 +38,7 @@ pub const CONTROLLERS: [&str; 13] = [
     "namespace",
     "endpoint",
     "endpointslice",
+    "endpointslicemirroring",
     "serviceaccount",
     "root-ca-cert-publisher",
     "persistentvolume-binder",
@@ -167,6 +169,9 @@ async fn run_controllers(
     let slices = config
         .enabled("endpointslice")
         .then(|| endpointslice::EndpointSliceController::new(ctx.clone()));
+    let mirroring = config
+        .enabled("endpointslicemirroring")
+        .then(|| endpointslicemirroring::MirroringController::new(ctx.clone()));
     let accounts = config
         .enabled("serviceaccount")
         .then(|| serviceaccount::ServiceAccountsController::new(ctx.clone()));
@@ -219,6 +224,9 @@ async fn run_controllers(
         c.start(5, shutdown.clone());
     }
     if let Some(c) = &slices {
+        c.start(5, shutdown.clone());
+    }
+    if let Some(c) = &mirroring {
         c.start(5, shutdown.clone());
     }
     if let Some(c) = &accounts {

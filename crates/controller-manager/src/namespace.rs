@@ -1,30 +1,27 @@
 //! The namespace controller: when a namespace is deleted (and so turned Terminating with the
-//! `kubernetes` spec finalizer), delete everything in it, then clear the finalizer through
-//! `namespaces/{name}/finalize` so the apiserver can remove it.
+//! `kubernetes` spec finalizer), delete everything in it — every namespaced resource the
+//! apiserver's discovery lists, custom ones included, by `deletecollection` where served —
+//! then clear the finalizer through `namespaces/{name}/finalize` so the apiserver can remove it.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use rkube_client::dynamic::{self, ApiResource};
 use rkube_client::informer::Change;
-use rkube_client::{Method, WorkQueue};
+use rkube_client::{Error, Method, WorkQueue};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 use crate::worker::Reconciled;
 
+/// How long one discovery answers for before the next namespace deletion asks again.
+const DISCOVERY_TTL: Duration = Duration::from_secs(5);
+
 pub struct NamespaceController {
     ctx: Arc<Ctx>,
     queue: Arc<WorkQueue<String>>,
-}
-
-fn collection_path(def: &rkube_api::resources::ResourceDef, ns: &str) -> String {
-    let base = if def.group.is_empty() {
-        format!("/api/{}", def.version)
-    } else {
-        format!("/apis/{}/{}", def.group, def.version)
-    };
-    format!("{base}/namespaces/{ns}/{}", def.plural)
+    discovered: Mutex<Option<(Instant, Arc<Vec<ApiResource>>)>>,
 }
 
 impl NamespaceController {
@@ -32,6 +29,7 @@ impl NamespaceController {
         let c = Arc::new(NamespaceController {
             ctx: ctx.clone(),
             queue: WorkQueue::new("namespace"),
+            discovered: Mutex::default(),
         });
         let me = c.clone();
         ctx.namespaces.on_change(move |ch| {
@@ -64,11 +62,26 @@ impl NamespaceController {
             return Ok(None);
         }
         let mut remaining = 0usize;
-        for def in rkube_api::resources::RESOURCES
+        let resources = self.resources().await?;
+        for r in resources
             .iter()
-            .filter(|d| d.namespaced)
+            .filter(|r| r.namespaced && r.has_verbs(&["list", "delete"]))
         {
-            let path = collection_path(def, name);
+            let path = r.collection_path(name);
+            if r.has_verbs(&["deletecollection"]) {
+                let body =
+                    serde_json::to_vec(&json!({"propagationPolicy": "Background"})).expect("JSON");
+                match self
+                    .ctx
+                    .client
+                    .send(Method::DELETE, &path, Some(("application/json", body)))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() || e.code() == Some(405) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let list: Value = match self.ctx.client.send_json(Method::GET, &path, None).await {
                 Ok(v) => v,
                 Err(e) if e.is_not_found() || e.code() == Some(405) => continue,
@@ -122,5 +135,17 @@ impl NamespaceController {
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The served resources, discovered at most `DISCOVERY_TTL` ago.
+    async fn resources(&self) -> Result<Arc<Vec<ApiResource>>, Error> {
+        if let Some((at, r)) = &*self.discovered.lock().unwrap() {
+            if at.elapsed() < DISCOVERY_TTL {
+                return Ok(r.clone());
+            }
+        }
+        let found = Arc::new(dynamic::discover(&self.ctx.client).await?);
+        *self.discovered.lock().unwrap() = Some((Instant::now(), found.clone()));
+        Ok(found)
     }
 }

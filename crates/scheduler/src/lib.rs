@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use rand::Rng;
 use rkube_client::events::{object_ref, Recorder};
 use rkube_client::informer::{key_of, split_key, Change};
@@ -99,7 +99,15 @@ pub struct Scheduler {
     /// Bindings in flight: backpressure for the scheduling loop, and a bounded number of
     /// connections to the apiserver.
     binds: Arc<tokio::sync::Semaphore>,
+    /// Claims and volumes, for the volume filter (set once the informers start).
+    storage: std::sync::OnceLock<StorageCaches>,
 }
+
+/// The claim and volume informers' caches.
+type StorageCaches = (
+    Arc<Store<PersistentVolumeClaim>>,
+    Arc<Store<PersistentVolume>>,
+);
 
 /// Bindings in flight at once.
 const MAX_BINDS_IN_FLIGHT: usize = 64;
@@ -149,6 +157,7 @@ impl Scheduler {
             next_start: AtomicUsize::new(0),
             m,
             binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
+            storage: std::sync::OnceLock::new(),
         })
     }
 
@@ -226,8 +235,26 @@ impl Scheduler {
             Api::<Pod>::all(&self.client),
             ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
         );
+        let claims = Informer::new(
+            Api::<PersistentVolumeClaim>::all(&self.client),
+            ListParams::default(),
+        );
+        let volumes = Informer::new(
+            Api::<PersistentVolume>::all(&self.client),
+            ListParams::default(),
+        );
         export(&self.metrics, "nodes", nodes.stats());
         export(&self.metrics, "pods", pods.stats());
+        export(&self.metrics, "persistentvolumeclaims", claims.stats());
+        export(&self.metrics, "persistentvolumes", volumes.stats());
+        // A claim or volume appearing or binding may make a waiting pod schedulable.
+        let q = self.queue.clone();
+        claims.store().on_change(move |_| q.move_all());
+        let q = self.queue.clone();
+        volumes.store().on_change(move |_| q.move_all());
+        let claims = claims.spawn(shutdown.clone());
+        let volumes = volumes.spawn(shutdown.clone());
+        let _ = self.storage.set((claims.clone(), volumes.clone()));
         let me = self.clone();
         nodes.store().on_change(move |c| me.on_node(c));
         let me = self.clone();
@@ -236,7 +263,12 @@ impl Scheduler {
         let pods = pods.spawn(shutdown.clone());
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = async { nodes.wait_synced().await; pods.wait_synced().await } => {}
+            _ = async {
+                nodes.wait_synced().await;
+                pods.wait_synced().await;
+                claims.wait_synced().await;
+                volumes.wait_synced().await;
+            } => {}
         }
         tracing::info!(nodes = nodes.len(), "caches synced; scheduling");
         let recorder = Recorder::new(&self.client, DEFAULT_SCHEDULER, None, shutdown.clone())
@@ -269,6 +301,14 @@ impl Scheduler {
         if total == 0 {
             return Err("0/0 nodes are available: no nodes available to schedule pods.".into());
         }
+        let pinned = match self.storage.get() {
+            Some((claims, volumes)) => volumes::pinned(p, claims, volumes).map_err(|claim| {
+                format!(
+                    "0/{total} nodes are available: persistentvolumeclaim \"{claim}\" not found."
+                )
+            })?,
+            None => Vec::new(),
+        };
         let want = plugins::nodes_to_find(total, self.config.percentage_of_nodes_to_score);
         let start = self.next_start.load(Ordering::Relaxed) % total;
         let mut feasible = Vec::new();
@@ -278,7 +318,14 @@ impl Scheduler {
             let name = &cache.order[(start + i) % total];
             let info = &cache.nodes[name];
             checked += 1;
-            match plugins::filter(p, info, &req) {
+            let filtered = plugins::filter(p, info, &req).and_then(|()| {
+                let labels = plugins::labels(info);
+                match pinned.iter().all(|pv| volumes::admits(pv, labels, name)) {
+                    true => Ok(()),
+                    false => Err(vec![plugins::R_VOLUME_AFFINITY]),
+                }
+            });
+            match filtered {
                 Ok(()) => {
                     feasible.push(info);
                     if feasible.len() >= want {
@@ -332,7 +379,15 @@ impl Scheduler {
         let (ns, name) = split_key(key);
         match picked {
             Ok(node) => {
-                self.cache.lock().unwrap().assume(key, &pod, &node);
+                let labels = {
+                    let mut cache = self.cache.lock().unwrap();
+                    cache.assume(key, &pod, &node);
+                    cache
+                        .nodes
+                        .get(&node)
+                        .map(|i| plugins::labels(i).clone())
+                        .unwrap_or_default()
+                };
                 let Ok(permit) = self.binds.clone().acquire_owned().await else {
                     return;
                 };
@@ -342,7 +397,7 @@ impl Scheduler {
                 // Bind in the background; the next pod is scheduled meanwhile.
                 tokio::spawn(async move {
                     let _permit = permit;
-                    if let Err(why) = volumes::prepare(&me.client, &pod, &node).await {
+                    if let Err(why) = volumes::prepare(&me.client, &pod, &node, &labels).await {
                         me.m.errors.inc();
                         me.cache.lock().unwrap().forget(&key);
                         me.queue.move_all();

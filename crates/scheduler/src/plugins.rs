@@ -23,8 +23,9 @@ pub const R_CPU: Reason = "Insufficient cpu";
 pub const R_MEMORY: Reason = "Insufficient memory";
 pub const R_PODS: Reason = "Too many pods";
 pub const R_NOT_READY: Reason = "node(s) were not ready";
+pub const R_VOLUME_AFFINITY: Reason = "node(s) had volume node affinity conflict";
 
-fn labels(info: &NodeInfo) -> &BTreeMap<String, String> {
+pub fn labels(info: &NodeInfo) -> &BTreeMap<String, String> {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
     info.node.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }

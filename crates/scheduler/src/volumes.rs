@@ -1,37 +1,25 @@
-//! Volume binding before a pod is bound (upstream's `VolumeBinding` plugin, reduced): every
-//! claim a pod uses must exist; a claim bound to a volume pinned to other nodes rules the node
-//! out; an unbound claim of a `WaitForFirstConsumer` class is given the chosen node
+//! Volume binding (upstream's `VolumeBinding` plugin, reduced): every claim a pod uses must
+//! exist; a claim bound to a volume pinned to other nodes rules those nodes out while filtering
+//! (from the claim and volume informers) and again before binding; an unbound claim of a `WaitForFirstConsumer` class is given the chosen node
 //! (`volume.kubernetes.io/selected-node`) so the volume is made there; the pod is bound only
 //! once its claims are.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use rkube_client::{Api, Client, Patch};
+use rkube_client::{Api, Client, Patch, Store};
 use serde_json::json;
 
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// How long a pod's bind waits for its claims to be bound.
 const BIND_WAIT: Duration = Duration::from_secs(30);
 
-/// The claims a pod uses.
-pub fn claims(pod: &Pod) -> Vec<String> {
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    pod.spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| {
-            v.persistent_volume_claim
-                .as_ref()
-                .map(|c| c.claim_name.clone())
-                .or_else(|| v.ephemeral.as_ref().map(|_| format!("{name}-{}", v.name)))
-        })
-        .collect()
-}
-
-/// Whether a volume's node affinity admits `node` (by `kubernetes.io/hostname`).
-pub fn admits(pv: &PersistentVolume, node: &str) -> bool {
+/// Whether a volume's node affinity admits a node (any of its terms matches the node's
+/// labels and name).
+pub fn admits(pv: &PersistentVolume, labels: &BTreeMap<String, String>, node: &str) -> bool {
     let Some(terms) = pv
         .spec
         .as_ref()
@@ -41,21 +29,40 @@ pub fn admits(pv: &PersistentVolume, node: &str) -> bool {
     else {
         return true;
     };
-    terms.iter().any(|t| {
-        t.match_expressions.iter().flatten().all(|e| {
-            e.key != "kubernetes.io/hostname"
-                || match e.operator.as_str() {
-                    "In" => e.values.iter().flatten().any(|v| v == node),
-                    "NotIn" => !e.values.iter().flatten().any(|v| v == node),
-                    _ => true,
-                }
-        })
-    })
+    terms
+        .iter()
+        .any(|t| crate::plugins::term_matches(t, labels, node))
+}
+
+/// The volumes the pod's bound claims use (they pin the pod to their nodes), from the
+/// informers' caches; the missing claim, if one is missing.
+pub fn pinned(
+    pod: &Pod,
+    claims_cache: &Store<PersistentVolumeClaim>,
+    volumes_cache: &Store<PersistentVolume>,
+) -> Result<Vec<Arc<PersistentVolume>>, String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut out = Vec::new();
+    for name in rkube_api::claims::claims_of(pod) {
+        let Some(pvc) = claims_cache.get_in(ns, &name) else {
+            return Err(name);
+        };
+        let bound_to = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+        if let Some(pv) = bound_to.and_then(|v| volumes_cache.get(v)) {
+            out.push(pv);
+        }
+    }
+    Ok(out)
 }
 
 /// Gets the pod's claims ready for `node`; the reason it cannot, as the scheduler reports it.
-pub async fn prepare(client: &Client, pod: &Pod, node: &str) -> Result<(), String> {
-    let names = claims(pod);
+pub async fn prepare(
+    client: &Client,
+    pod: &Pod,
+    node: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let names = rkube_api::claims::claims_of(pod);
     if names.is_empty() {
         return Ok(());
     }
@@ -76,8 +83,8 @@ pub async fn prepare(client: &Client, pod: &Pod, node: &str) -> Result<(), Strin
             if let Some(v) = spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
                 let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
                 if let Some(pv) = pvs.get_opt(v).await.map_err(|e| e.to_string())? {
-                    if !admits(&pv, node) {
-                        return Err("node(s) had volume node affinity conflict".into());
+                    if !admits(&pv, labels, node) {
+                        return Err(crate::plugins::R_VOLUME_AFFINITY.into());
                     }
                     if bound {
                         break;

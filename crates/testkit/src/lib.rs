@@ -53,6 +53,13 @@ pub async fn wait_ready(base: &str) {
     .await;
 }
 
+/// The admission plugins that need a controller-manager's objects, off in a cluster that runs
+/// none (as envtest does): ServiceAccount, which refuses pods until the namespace's `default`
+/// account exists. A test's tweak may turn it back on.
+pub fn without_controllers() -> Vec<String> {
+    vec!["ServiceAccount".into()]
+}
+
 impl Env {
     pub async fn start() -> Env {
         Self::start_with(|_| {}).await
@@ -68,6 +75,7 @@ impl Env {
         tokio::spawn(rkube_store::run(cfg, listener, store_stop.clone()));
         let mut acfg = rkube_apiserver::Config::new(vec![storage_url.clone()]);
         acfg.cache.bookmark_interval = Duration::from_secs(1);
+        acfg.disable_admission_plugins = without_controllers();
         tweak(&mut acfg);
         let (base, api_stop) = start_apiserver(acfg).await;
         Env {
@@ -94,6 +102,7 @@ impl Env {
         let mut cfg = rkube_apiserver::Config::new(vec![self.storage_url.clone()]);
         cfg.cache.bookmark_interval = Duration::from_secs(1);
         cfg.storage_timeout = Duration::from_secs(20);
+        cfg.disable_admission_plugins = without_controllers();
         let stop = ShutdownToken::new();
         tokio::spawn(rkube_apiserver::run(cfg, listener, stop.clone()));
         self.api_stop = stop;

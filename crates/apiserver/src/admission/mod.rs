@@ -12,6 +12,7 @@ pub mod node;
 pub mod priority;
 pub mod quota;
 pub mod rbac;
+pub mod serviceaccount;
 pub mod storage;
 
 use std::sync::Arc;
@@ -191,7 +192,7 @@ impl Admission {
                 always_pull(obj);
             }
             if a.operation == Operation::Create && self.has(Plugin::ServiceAccount) {
-                default_service_account(obj);
+                self.service_account(a, obj).await?;
             }
             if a.operation == Operation::Create && self.has(Plugin::Priority) {
                 let classes = self.cluster_objects("scheduling.k8s.io", "priorityclasses");
@@ -283,6 +284,60 @@ impl Admission {
             self.charge(a.def, a.namespace, obj, a.dry_run).await?;
         }
         Ok(())
+    }
+
+    /// The ServiceAccount plugin on a new pod (`serviceaccount`).
+    async fn service_account(&self, a: &Attributes<'_>, pod: &mut Value) -> Result<(), ApiError> {
+        if serviceaccount::is_mirror(pod) {
+            return match serviceaccount::mirror_refusal(pod) {
+                Some(why) => Err(forbidden(a, meta::name(pod), why)),
+                None => Ok(()),
+            };
+        }
+        let name = serviceaccount::name_account(pod);
+        let Some(account) = self.service_account_named(a.namespace, &name).await? else {
+            let why = format!(
+                "error looking up service account {}/{name}: serviceaccount \"{name}\" not found",
+                a.namespace
+            );
+            return Err(forbidden(a, meta::name(pod), &why));
+        };
+        if serviceaccount::should_automount(pod, &account) {
+            let mut rng = || rand::random::<u64>();
+            serviceaccount::mount_token(pod, &meta::random_suffix(&mut rng));
+        }
+        serviceaccount::copy_pull_secrets(pod, &account);
+        Ok(())
+    }
+
+    /// An account from the watch cache, else from storage — retried for `default` (10 times,
+    /// 100–199 ms apart), which the ServiceAccount controller may be about to create.
+    async fn service_account_named(&self, ns: &str, name: &str) -> Result<Option<Value>, ApiError> {
+        let Some(reg) = self.registries.get(&("", "serviceaccounts")) else {
+            return Ok(None);
+        };
+        if let Some(cache) = &reg.cache {
+            if let Ok((Some(o), _)) = cache.get(&reg.key(ns, name)) {
+                return Ok(Some(o.value()));
+            }
+        }
+        let attempts = if name == serviceaccount::DEFAULT {
+            10
+        } else {
+            1
+        };
+        let pause = std::time::Duration::from_millis(100 + rand::random::<u64>() % 100);
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(pause).await; // upstream's retry interval
+            }
+            match reg.get(ns, name, None).await {
+                Ok(bytes) => return Ok(serde_json::from_slice(&bytes).ok()),
+                Err(e) if e.code() == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
     }
 
     /// A pod as the watch cache has it.
@@ -453,28 +508,6 @@ pub fn always_pull(pod: &mut Value) {
             }
         }
     }
-}
-
-/// ServiceAccount (the account part; the projected token volume is not injected yet): a pod
-/// that names no account runs as `default` (or as its deprecated `serviceAccount`).
-fn default_service_account(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let named = spec
-        .get("serviceAccountName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    if named {
-        return;
-    }
-    let legacy = spec
-        .get("serviceAccount")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .unwrap_or("default")
-        .to_string();
-    spec.insert("serviceAccountName".into(), json!(legacy));
 }
 
 /// DefaultTolerationSeconds: pods that do not tolerate the not-ready and unreachable NoExecute

@@ -90,26 +90,32 @@ pub fn core_versions() -> Value {
 
 /// `/apis`: every named group.
 pub fn group_list() -> Value {
-    let mut groups: Vec<Value> = Vec::new();
-    for (g, v) in resources::discoverable_group_versions() {
-        if g.is_empty() {
-            continue;
-        }
-        let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-        groups.push(json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv}));
-    }
+    let groups: Vec<Value> = resources::discoverable_groups()
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, vs)| group_entry(g, &vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// A group's name, versions and preferred (first) version.
+fn group_entry(name: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({"name": name, "versions": gvs, "preferredVersion": gvs[0]})
 }
 
 /// `/apis/<group>`: one group.
 pub fn group(name: &str) -> Option<Value> {
-    let (_, v) = resources::discoverable_group_versions()
+    let (_, vs) = resources::discoverable_groups()
         .into_iter()
         .find(|(g, _)| *g == name)?;
-    let gv = json!({"groupVersion": format!("{name}/{v}"), "version": v});
-    Some(
-        json!({"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": [gv.clone()], "preferredVersion": gv}),
-    )
+    let mut g = group_entry(name, &vs);
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    Some(g)
 }
 
 /// The aggregated discovery content type for `version` (`v2` or `v2beta1`).
@@ -133,10 +139,23 @@ pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
 /// `/api` (`core`) or `/apis` as an `APIGroupDiscoveryList`.
 pub fn aggregated(core: bool, version: &str) -> Value {
     let mut items = Vec::new();
-    for (g, v) in resources::discoverable_group_versions() {
+    for (g, vs) in resources::discoverable_groups() {
         if g.is_empty() != core {
             continue;
         }
+        let versions: Vec<Value> = vs.iter().map(|v| aggregated_version(g, v)).collect();
+        let mut meta = json!({"creationTimestamp": null});
+        if !g.is_empty() {
+            meta["name"] = json!(g);
+        }
+        items.push(json!({"metadata": meta, "versions": versions}));
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
+}
+
+/// One group version of the aggregated document.
+fn aggregated_version(g: &str, v: &str) -> Value {
+    {
         let resources: Vec<Value> = resources::discoverable()
             .filter(|r| r.group == g && r.version == v)
             .map(|r| {
@@ -168,13 +187,8 @@ pub fn aggregated(core: bool, version: &str) -> Value {
                 e
             })
             .collect();
-        let mut meta = json!({"creationTimestamp": null});
-        if !g.is_empty() {
-            meta["name"] = json!(g);
-        }
-        items.push(json!({"metadata": meta, "versions": [{"version": v, "resources": resources, "freshness": "Current"}]}));
+        json!({"version": v, "resources": resources, "freshness": "Current"})
     }
-    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
 }
 
 #[cfg(test)]

@@ -222,7 +222,7 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         );
         return Some(resp);
     }
-    let Some(registry) = state.registries.get(&(def.group, def.plural)).cloned() else {
+    let Some(registry) = state.registries.served(def).cloned() else {
         return Some(error_response(&request::not_found_path()));
     };
     let resp = match scope(&state, &registry, &info, &user, &req) {

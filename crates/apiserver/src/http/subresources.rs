@@ -136,6 +136,15 @@ pub async fn token(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
         let obj: Value = serde_json::from_slice(&reg.get(s.ns, &name, None).await?)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let uid = meta::uid(&obj).to_string();
+        let runs_as = obj
+            .pointer("/spec/serviceAccountName")
+            .and_then(Value::as_str);
+        if plural == "pods" && runs_as != Some(s.name()) {
+            return Err(ApiError::bad_request(format!(
+                "cannot bind token for serviceaccount {:?} to pod running with different serviceaccount name.",
+                s.name()
+            )));
+        }
         if let Some(want) = r
             .get("uid")
             .and_then(Value::as_str)

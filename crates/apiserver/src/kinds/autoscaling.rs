@@ -1,6 +1,6 @@
 //! HorizontalPodAutoscalers (`pkg/registry/autoscaling`), stored as autoscaling/v2: defaults
 //! (one replica minimum, 80% CPU when no metric is given), bounds, and kubectl's
-//! Reference/Targets columns.
+//! Reference/Targets columns. autoscaling/v1's view of the same objects is `autoscaling_v1`.
 
 use rkube_api::k8s::api::autoscaling::v2 as autoscaling;
 use rkube_api::{meta, StatusCause};

@@ -11,6 +11,7 @@ pub mod admissionregistration;
 pub mod apiregistration;
 pub mod apps;
 pub mod autoscaling;
+pub mod autoscaling_v1;
 pub mod batch;
 pub mod certificates;
 pub mod componentstatus;
@@ -282,12 +283,25 @@ pub static KINDS: &[(&str, &str, &dyn Strategy)] = &[
 /// # Panics
 /// When the resource table names a kind this table lacks (a unit test keeps them in step).
 pub fn of(def: &ResourceDef) -> &'static dyn Strategy {
+    if let Some((_, _, _, s)) = VIEWS
+        .iter()
+        .find(|(g, v, k, _)| *g == def.group && *v == def.version && *k == def.kind)
+    {
+        return *s;
+    }
     KINDS
         .iter()
         .find(|(g, k, _)| *g == def.group && *k == def.kind)
         .map(|(_, _, s)| *s)
         .unwrap_or_else(|| panic!("no strategy for {}/{}", def.group, def.kind))
 }
+
+/// Kinds served in a second version of their group, as a view of the storage version's
+/// objects: (API group, version, kind, strategy).
+#[rustfmt::skip]
+pub static VIEWS: &[(&str, &str, &str, &dyn Strategy)] = &[
+    ("autoscaling", "v1", "HorizontalPodAutoscaler", &autoscaling_v1::HorizontalPodAutoscalerV1),
+];
 
 /// `status` subresource semantics: `new` becomes `old` with `new`'s status (and, with
 /// `with_metadata`, its labels and annotations, which pods' status writers may set), keeping
@@ -484,7 +498,7 @@ mod tests {
         for def in rkube_api::RESOURCES {
             let _ = of(def);
         }
-        assert_eq!(KINDS.len(), rkube_api::RESOURCES.len());
+        assert_eq!(KINDS.len() + VIEWS.len(), rkube_api::RESOURCES.len());
     }
 
     #[test]

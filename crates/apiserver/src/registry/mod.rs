@@ -79,8 +79,48 @@ pub enum Deleted {
     Pending(Value),
 }
 
-/// All registries, by (group, plural).
-pub type Registries = std::collections::HashMap<(&'static str, &'static str), Arc<Registry>>;
+/// All registries: one per served group/version/resource. A resource served in several
+/// versions of its group (autoscaling/v2 and v1 HorizontalPodAutoscalers) has one storage
+/// version — its first row in the resource table — and views of it in the others.
+#[derive(Default)]
+pub struct Registries {
+    /// The storage version's registry, by (group, plural).
+    stored: std::collections::HashMap<(&'static str, &'static str), Arc<Registry>>,
+    /// Every registry, by (group, version, plural).
+    served: std::collections::HashMap<(&'static str, &'static str, &'static str), Arc<Registry>>,
+}
+
+impl Registries {
+    pub fn insert(&mut self, reg: Registry) {
+        let def = reg.def;
+        let reg = Arc::new(reg);
+        self.stored
+            .entry((def.group, def.plural))
+            .or_insert_with(|| reg.clone());
+        self.served
+            .insert((def.group, def.version, def.plural), reg);
+    }
+
+    /// The registry of a resource's storage version.
+    pub fn get(&self, key: &(&'static str, &'static str)) -> Option<&Arc<Registry>> {
+        self.stored.get(key)
+    }
+
+    /// The registry serving `def`'s group/version.
+    pub fn served(&self, def: &ResourceDef) -> Option<&Arc<Registry>> {
+        self.served.get(&(def.group, def.version, def.plural))
+    }
+
+    /// Every resource's storage-version registry (each object once).
+    pub fn values(&self) -> impl Iterator<Item = &Arc<Registry>> {
+        self.stored.values()
+    }
+
+    /// Every registry, views included.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Registry>> {
+        self.served.values()
+    }
+}
 
 /// The watch cache of `group`/`plural`, which a snapshot (RBAC, flow control) is built from.
 pub fn cache_of(

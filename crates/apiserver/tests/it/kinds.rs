@@ -3,6 +3,7 @@
 //! (status, scale, approval); events.k8s.io as a view of core Events; the reviews.
 
 use serde_json::{json, Value};
+use std::time::Duration;
 
 use crate::cases;
 use crate::harness::Cluster;
@@ -492,9 +493,92 @@ async fn csr_approval_and_reviews(c: &Cluster) {
     assert_eq!(tr["status"]["authenticated"], Value::Null, "{tr}");
 }
 
+/// HorizontalPodAutoscalers in both versions of their group: one storage, each version
+/// converted (v1's single CPU target; everything else in upstream's annotations), in
+/// discovery with v2 preferred, watched in either version. ReplicaSets refuse the
+/// `status.replicas` field selector, as 1.33 does.
+async fn autoscalers_in_two_versions(c: &Cluster) {
+    let v1 = "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers";
+    let v2 = "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers";
+    let (code, group) = c.get("/apis/autoscaling").await;
+    assert_eq!(code, 200);
+    assert_eq!(group["preferredVersion"]["version"], "v2");
+    assert_eq!(
+        group["versions"],
+        json!([{"groupVersion": "autoscaling/v2", "version": "v2"}, {"groupVersion": "autoscaling/v1", "version": "v1"}])
+    );
+    let (code, list) = c.get("/apis/autoscaling/v1").await;
+    assert_eq!(code, 200);
+    assert_eq!(list["resources"][0]["name"], "horizontalpodautoscalers");
+    let mut watch = c.watch(&format!("{v1}?watch=true")).await;
+    let (code, made) = c
+        .post(
+            v1,
+            &json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "maxReplicas": 5, "targetCPUUtilizationPercentage": 50}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{made}");
+    assert_eq!(made["apiVersion"], "autoscaling/v1");
+    assert_eq!(made["spec"]["minReplicas"], 1);
+    assert_eq!(made["spec"]["targetCPUUtilizationPercentage"], 50);
+    let (code, as_v2) = c.get(&format!("{v2}/web")).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        as_v2["spec"]["metrics"],
+        json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}])
+    );
+    assert!(as_v2["metadata"].get("annotations").is_none(), "{as_v2}");
+    let seen = watch
+        .until(Duration::from_secs(10), |e| {
+            e["object"]["metadata"]["name"] == "web"
+        })
+        .await;
+    assert_eq!(seen["object"]["apiVersion"], "autoscaling/v1");
+    assert_eq!(seen["object"]["spec"]["targetCPUUtilizationPercentage"], 50);
+    // A v2 metric v1 cannot express rides in an annotation, and survives a v1 update.
+    let (code, _) = c.merge_patch(&format!("{v2}/web"), &json!({"spec": {"metrics": [
+        {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}},
+        {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "500Mi"}}}]}})).await;
+    assert_eq!(code, 200);
+    let (_, through_v1) = c.get(&format!("{v1}/web")).await;
+    let carried = through_v1["metadata"]["annotations"]["autoscaling.alpha.kubernetes.io/metrics"]
+        .as_str()
+        .expect("the memory metric in an annotation");
+    assert!(
+        carried.contains("\"targetAverageValue\":\"500Mi\""),
+        "{carried}"
+    );
+    let mut edited = through_v1.clone();
+    edited["spec"]["maxReplicas"] = json!(7);
+    let (code, st) = c.put(&format!("{v1}/web"), &edited).await;
+    assert_eq!(code, 200, "{st}");
+    let (_, after) = c.get(&format!("{v2}/web")).await;
+    assert_eq!(after["spec"]["maxReplicas"], 7);
+    assert_eq!(
+        after["spec"]["metrics"].as_array().unwrap().len(),
+        2,
+        "{after}"
+    );
+    // Listed once per version, validated through either.
+    let (_, listed) = c.get(v1).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["kind"], "HorizontalPodAutoscalerList");
+    let (code, st) = c.post(v1, &json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "bad"}, "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 0}})).await;
+    assert_eq!(code, 422, "{st}");
+    let (code, st) = c
+        .get("/apis/apps/v1/namespaces/default/replicasets?fieldSelector=status.replicas%3D0")
+        .await;
+    assert_eq!(code, 400, "{st}");
+}
+
 cases! {
     every_kind_round_trips, every_kind_round_trips_rkube, every_kind_round_trips_etcd;
     defaults_and_validation, defaults_and_validation_rkube, defaults_and_validation_etcd;
     events_in_both_groups, events_in_both_groups_rkube, events_in_both_groups_etcd;
     csr_approval_and_reviews, csr_approval_and_reviews_rkube, csr_approval_and_reviews_etcd;
+    autoscalers_in_two_versions, autoscalers_in_two_versions_rkube, autoscalers_in_two_versions_etcd;
 }

@@ -35,6 +35,12 @@ async fn refused_soon(c: &Cluster, token: &str, why: &str) {
     }
 }
 
+fn pod_as(name: &str, account: &str) -> Value {
+    let mut p = crate::harness::pod(name, json!({}));
+    p["spec"]["serviceAccountName"] = json!(account);
+    p
+}
+
 async fn tokens_are_issued_checked_and_revoked(c: &Cluster) {
     let (code, sa) = c
         .post(
@@ -82,13 +88,27 @@ async fn tokens_are_issued_checked_and_revoked(c: &Cluster) {
     let (code, holder) = c
         .post(
             "/api/v1/namespaces/default/pods",
-            &crate::harness::pod("holder", json!({})),
+            &pod_as("holder", "robot"),
+        )
+        .await;
+    assert_eq!(code, 201, "{holder}");
+    let (code, _) = c
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &pod_as("other", "someone-else"),
         )
         .await;
     assert_eq!(code, 201);
+    let (code, st) = c
+        .post(
+            path,
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "other"}}}),
+        )
+        .await;
     assert_eq!(
-        holder["spec"]["serviceAccountName"], "default",
-        "the ServiceAccount plugin names the account"
+        code, 400,
+        "a token binds only to a pod running as its account: {st}"
     );
     let (code, bound) = c
         .post(
@@ -158,4 +178,82 @@ async fn tokens_are_issued_checked_and_revoked(c: &Cluster) {
 
 cases! {
     tokens_are_issued_checked_and_revoked, tokens_are_issued_checked_and_revoked_rkube, tokens_are_issued_checked_and_revoked_etcd;
+}
+
+/// The ServiceAccount admission plugin (on by default; the harness turns it off for clusters
+/// with no controller-manager): pods run as an existing account, with its token mounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_as_an_existing_account_with_its_token_mounted() {
+    let Some(c) = Cluster::start(crate::harness::Backend::Rkube, |cfg| {
+        cfg.disable_admission_plugins.clear();
+    })
+    .await
+    else {
+        return;
+    };
+    let pods = "/api/v1/namespaces/default/pods";
+    // No controller-manager made `default`: refused, after upstream's retries.
+    let (code, st) = c.post(pods, &crate::harness::pod("early", json!({}))).await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(
+        st["message"],
+        "pods \"early\" is forbidden: error looking up service account default/default: serviceaccount \"default\" not found"
+    );
+    let (code, st) = c.post(pods, &pod_as("ghostly", "ghost")).await;
+    assert_eq!(code, 403, "{st}");
+    for (name, automount) in [("default", None), ("quiet", Some(false))] {
+        let mut sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name},
+            "imagePullSecrets": [{"name": "registry"}]});
+        if let Some(a) = automount {
+            sa["automountServiceAccountToken"] = json!(a);
+        }
+        let (code, _) = c
+            .post("/api/v1/namespaces/default/serviceaccounts", &sa)
+            .await;
+        assert_eq!(code, 201);
+    }
+    let (code, p) = c.post(pods, &crate::harness::pod("web", json!({}))).await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["spec"]["serviceAccountName"], "default");
+    assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "registry"}]));
+    let vol = &p["spec"]["volumes"][0];
+    let name = vol["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("kube-api-access-") && name.len() == 21,
+        "{name}"
+    );
+    let sources = vol["projected"]["sources"].as_array().unwrap();
+    assert_eq!(sources[0]["serviceAccountToken"]["path"], "token");
+    assert_eq!(sources[1]["configMap"]["name"], "kube-root-ca.crt");
+    assert_eq!(
+        sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    );
+    // The account turns automounting off; the pod may turn it back on.
+    let (_, p) = c.post(pods, &pod_as("calm", "quiet")).await;
+    assert!(p["spec"].get("volumes").is_none(), "{p}");
+    let mut loud = pod_as("loud", "quiet");
+    loud["spec"]["automountServiceAccountToken"] = json!(true);
+    let (_, p) = c.post(pods, &loud).await;
+    assert_eq!(
+        p["spec"]["volumes"].as_array().map(Vec::len),
+        Some(1),
+        "{p}"
+    );
+    // A kubelet's mirror pod may not name an account.
+    let mut mirror = pod_as("static-web", "default");
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
+    let (code, st) = c.post(pods, &mirror).await;
+    assert_eq!(code, 403, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("a mirror pod may not reference service accounts"),
+        "{st}"
+    );
 }

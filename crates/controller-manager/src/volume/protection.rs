@@ -21,20 +21,6 @@ pub struct Protection {
 }
 
 /// The claims a pod uses.
-fn claims_of(pod: &Pod) -> Vec<String> {
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    pod.spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| {
-            v.persistent_volume_claim
-                .as_ref()
-                .map(|c| c.claim_name.clone())
-                .or_else(|| v.ephemeral.as_ref().map(|_| format!("{name}-{}", v.name)))
-        })
-        .collect()
-}
-
 fn finished(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -75,7 +61,7 @@ impl Protection {
                 Change::Added(_) => return,
             };
             let ns = p.metadata.namespace.as_deref().unwrap_or("");
-            for claim in claims_of(p) {
+            for claim in rkube_api::claims::claims_of(p) {
                 q.add(format!("pvc:{ns}/{claim}"));
             }
         });
@@ -98,7 +84,9 @@ impl Protection {
                     .pods
                     .by_index(index::NAMESPACE, ns)
                     .iter()
-                    .any(|p| !finished(p) && claims_of(p).iter().any(|c| c == name));
+                    .any(|p| {
+                        !finished(p) && rkube_api::claims::claims_of(p).iter().any(|c| c == name)
+                    });
                 if pvc.metadata.deletion_timestamp.is_none() || in_use {
                     return Ok(None);
                 }

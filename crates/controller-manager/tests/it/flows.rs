@@ -1,6 +1,7 @@
 //! The controllers end to end on a real store and apiserver: Deployment → ReplicaSet → Pods,
 //! scaling, rolling updates with their bounds checked on every pod event, rollback, cascading
-//! deletion, restart without duplicates, and namespace deletion.
+//! deletion, restart without duplicates, namespace deletion, and the collector over kinds found
+//! by discovery.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use rkube_client::{Api, DeleteParams, ListParams, Patch, WatchEvent};
 use serde_json::json;
 
@@ -509,4 +510,97 @@ async fn deleting_a_namespace_empties_and_removes_it() {
         .unwrap()
         .items
         .is_empty());
+}
+
+/// The collector and namespace deletion cover kinds no controller of ours watches, found by
+/// discovery: a ConfigMap owned by a Job goes with the Job; a namespace holding CronJobs, Roles
+/// and ConfigMaps empties and goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_and_namespace_deletion_cover_discovered_kinds() {
+    let env = Env::start().await;
+    let (_cm, _) = env.start_cm(env.cm_config()).await;
+    let c = &env.client;
+    let post = |path: &'static str, body: serde_json::Value| async move {
+        let v: serde_json::Value = c
+            .send_json(
+                rkube_client::Method::POST,
+                path,
+                Some(("application/json", serde_json::to_vec(&body).unwrap())),
+            )
+            .await
+            .unwrap();
+        v
+    };
+    let job = post("/apis/batch/v1/namespaces/default/jobs", json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "busybox"}]}}}})).await;
+    let uid = job["metadata"]["uid"].as_str().unwrap();
+    post(
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "migrate-state", "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "migrate", "uid": uid}]}}),
+    )
+    .await;
+    let maps: Api<ConfigMap> = Api::namespaced(c, "default");
+    c.send(
+        rkube_client::Method::DELETE,
+        "/apis/batch/v1/namespaces/default/jobs/migrate",
+        Some((
+            "application/json",
+            br#"{"propagationPolicy":"Orphan"}"#.to_vec(),
+        )),
+    )
+    .await
+    .unwrap();
+    // Orphaned: the reference is stripped, the ConfigMap stays.
+    wait_for("the owner reference stripped", T, || async {
+        let m = maps.get("migrate-state").await.ok()?;
+        m.metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(|r| r.is_empty())
+            .then_some(())
+    })
+    .await;
+    // A dangling owner of a discovered kind: the dependent goes.
+    post("/api/v1/namespaces/default/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "leftover", "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "gone", "uid": "9b1d7b5e-0000-4000-8000-000000000000"}]}})).await;
+    wait_for("the dependent of a missing Job collected", T, || async {
+        maps.get_opt("leftover").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    // Namespace deletion takes kinds of every group.
+    let ns_api: Api<Namespace> = Api::all(c);
+    ns_api
+        .create(&serde_json::from_value(json!({"metadata": {"name": "attic"}})).unwrap())
+        .await
+        .unwrap();
+    post("/apis/batch/v1/namespaces/attic/cronjobs", json!({"apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly"}, "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "busybox"}]}}}}}})).await;
+    post(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/attic/roles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role", "metadata": {"name": "reader"}, "rules": []}),
+    )
+    .await;
+    ns_api
+        .delete("attic", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("namespace gone", T, || async {
+        ns_api.get_opt("attic").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let left: serde_json::Value = c
+        .send_json(
+            rkube_client::Method::GET,
+            "/apis/batch/v1/namespaces/attic/cronjobs",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(left["items"], json!([]));
 }

@@ -244,3 +244,87 @@ async fn namespaces_get_a_default_service_account_and_the_root_ca() {
     })
     .await;
 }
+
+/// Endpoints written by hand for a Service without a selector are mirrored into
+/// EndpointSlices (owned by the Endpoints), follow its changes, and go when the Service gains
+/// a selector; the `kubernetes` Service's Endpoints are not mirrored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectorless_endpoints_are_mirrored_into_slices() {
+    let env = Env::start().await;
+    let (_cm, _) = env.start_cm(env.cm_config()).await;
+    let services: Api<Service> = Api::namespaced(&env.client, "default");
+    let endpoints: Api<Endpoints> = Api::namespaced(&env.client, "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(&env.client, "default");
+    let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}))
+    .unwrap();
+    services.create(&svc).await.unwrap();
+    let ep: Endpoints = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "db", "labels": {"team": "data"}, "annotations": {"note": "external"}},
+        "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "notReadyAddresses": [{"ip": "192.0.2.11"}],
+                     "ports": [{"name": "pg", "port": 5432}]}]}))
+    .unwrap();
+    let created = endpoints.create(&ep).await.unwrap();
+    let mirrored = "endpointslicemirroring-controller.k8s.io";
+    let slice = wait_for("a mirrored slice", T, || async {
+        let s = slices_of(&slices, "db").await;
+        (s.len() == 1 && s[0].endpoints.len() == 2).then(|| s[0].clone())
+    })
+    .await;
+    let labels = slice.metadata.labels.clone().unwrap();
+    assert_eq!(labels["endpointslice.kubernetes.io/managed-by"], mirrored);
+    assert_eq!(labels["team"], "data");
+    assert_eq!(slice.metadata.annotations.unwrap()["note"], "external");
+    let owner = &slice.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Endpoints", created.metadata.uid.as_deref().unwrap())
+    );
+    assert_eq!(slice.ports.unwrap()[0].port, Some(5432));
+    let ready: Vec<Option<bool>> = slice
+        .endpoints
+        .iter()
+        .map(|e| e.conditions.as_ref().unwrap().ready)
+        .collect();
+    assert_eq!(ready, [Some(true), Some(false)]);
+    // The Endpoints change: so does the slice.
+    endpoints
+        .patch("db", &Patch::Merge(json!({"subsets": [{"addresses": [{"ip": "192.0.2.12"}], "ports": [{"name": "pg", "port": 5432}]}]})))
+        .await
+        .unwrap();
+    wait_for("the slice follows", T, || async {
+        let s = slices_of(&slices, "db").await;
+        (s.len() == 1 && s[0].endpoints.len() == 1 && s[0].endpoints[0].addresses == ["192.0.2.12"])
+            .then_some(())
+    })
+    .await;
+    // The Service gains a selector: the mirrored slice goes (the EndpointSlice controller
+    // takes over with its own).
+    services
+        .patch(
+            "db",
+            &Patch::Merge(json!({"spec": {"selector": {"app": "db"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the mirrored slice gone", T, || async {
+        let s = slices_of(&slices, "db").await;
+        s.iter()
+            .all(|s| {
+                s.metadata.labels.as_ref().unwrap()["endpointslice.kubernetes.io/managed-by"]
+                    != mirrored
+            })
+            .then_some(())
+    })
+    .await;
+    // The kubernetes Service's Endpoints carry skip-mirror: only the apiserver's own slice.
+    let k = slices_of(&slices, "kubernetes").await;
+    assert!(k.iter().all(|s| s
+        .metadata
+        .labels
+        .as_ref()
+        .unwrap()
+        .get("endpointslice.kubernetes.io/managed-by")
+        .map(String::as_str)
+        != Some(mirrored)));
+}

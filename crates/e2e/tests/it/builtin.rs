@@ -262,6 +262,60 @@ async fn kubectl_creates_exposes_and_describes_the_new_kinds() {
         "service/web exposed",
     );
     k.ok(&["rollout", "status", "deploy/web", "--timeout=60s"]);
+    // The ServiceAccount plugin mounted the account's token in the pod.
+    k.says(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].spec.containers[0].volumeMounts[0].mountPath}",
+        ],
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+    );
+    k.says(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].spec.volumes[0].name}",
+        ],
+        "kube-api-access-",
+    );
+    // An autoscaler, read through both versions of its group.
+    k.says(
+        &[
+            "autoscale",
+            "deployment",
+            "web",
+            "--max=5",
+            "--cpu-percent=60",
+        ],
+        "autoscaled",
+    );
+    k.says(
+        &[
+            "get",
+            "horizontalpodautoscalers.v1.autoscaling",
+            "web",
+            "-o",
+            "jsonpath={.spec.targetCPUUtilizationPercentage}",
+        ],
+        "60",
+    );
+    k.says(
+        &[
+            "get",
+            "horizontalpodautoscalers.v2.autoscaling",
+            "web",
+            "-o",
+            "jsonpath={.spec.metrics[0].resource.target.averageUtilization}",
+        ],
+        "60",
+    );
     eventually("web's endpoints", || {
         k.ok(&["get", "endpoints", "web"]).contains(":80")
     });

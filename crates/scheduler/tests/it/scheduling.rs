@@ -129,3 +129,83 @@ async fn a_controllers_pods_spread_across_equal_nodes() {
     nodes.sort();
     assert_eq!(nodes, ["n1", "n2", "n3"]);
 }
+
+/// A claim bound to a volume pinned to some nodes (by any label of its node affinity) keeps
+/// the pod to those nodes while filtering; a pod whose claim is missing says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_follow_their_volumes_node_affinity() {
+    let env = Env::start().await;
+    let _s = start_scheduler(&env);
+    for (n, zone) in [("a", "east"), ("b", "west"), ("c", "east")] {
+        add_node(
+            &env.client,
+            n,
+            "2",
+            json!({"topology.kubernetes.io/zone": zone}),
+            json!({}),
+        )
+        .await;
+    }
+    let post = |path: String, body: serde_json::Value| {
+        let c = env.client.clone();
+        async move {
+            let _: serde_json::Value = c
+                .send_json(
+                    rkube_client::Method::POST,
+                    &path,
+                    Some(("application/json", serde_json::to_vec(&body).unwrap())),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    for (pv, zone) in [("west-disk", "west"), ("moon-disk", "moon")] {
+        post("/api/v1/persistentvolumes".into(), json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": "/x"}, "storageClassName": "",
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).await;
+        let claim = format!("{pv}-claim");
+        post(
+            "/api/v1/namespaces/default/persistentvolumeclaims".into(),
+            json!({"apiVersion": "v1",
+            "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(&env.client, "default");
+        claims
+            .patch_status(
+                &claim,
+                &rkube_client::Patch::Merge(json!({"status": {"phase": "Bound"}})),
+            )
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    let with_claim = |name: &str, claim: &str| {
+        pod(
+            name,
+            "100m",
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}),
+        )
+    };
+    pods.create(&with_claim("db", "west-disk-claim"))
+        .await
+        .unwrap();
+    assert_eq!(bound_node(&env.client, "db").await, "b");
+    pods.create(&with_claim("lost", "moon-disk-claim"))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "lost").await,
+        "0/3 nodes are available: 3 node(s) had volume node affinity conflict."
+    );
+    pods.create(&with_claim("early", "nope")).await.unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "early").await,
+        "0/3 nodes are available: persistentvolumeclaim \"nope\" not found."
+    );
+}
