@@ -234,9 +234,12 @@ pub async fn apply(ctx: &Ctx, want: &Slices<'_>, contents: Vec<Content>) -> Resu
                     .annotations
                     .as_ref()
                     .is_none_or(|a| cur.metadata.annotations.clone().unwrap_or_default() == *a);
+                let same_owner = cur.metadata.owner_references.as_deref()
+                    == Some(std::slice::from_ref(&want.owner));
                 if content_of(&cur) == content
                     && cur.metadata.labels.as_ref() == Some(&want.labels)
                     && same_annotations
+                    && same_owner
                 {
                     continue;
                 }

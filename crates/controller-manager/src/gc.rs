@@ -237,22 +237,21 @@ impl GarbageCollector {
             .map(|e| e.watched.clone())
     }
 
-    /// The path of an object of `gk`: from discovery, else from rkube's own table.
-    fn path_of(&self, gk: &str, api_version: &str, ns: &str, name: &str) -> Option<String> {
+    /// The resource of `gk`: from discovery, else from rkube's own table.
+    fn resource_of(&self, gk: &str, api_version: &str) -> Option<ApiResource> {
         if let Some(w) = self.watched(gk) {
-            return Some(w.resource().object_path(ns, name));
+            return Some(w.resource().clone());
         }
         let kind = gk.split('.').next().unwrap_or(gk);
         let def = rkube_api::resources::find_kind(api_version, kind)?;
-        let r = ApiResource {
+        Some(ApiResource {
             group: def.group.into(),
             version: def.version.into(),
             plural: def.plural.into(),
             kind: kind.into(),
             namespaced: def.namespaced,
             verbs: Vec::new(),
-        };
-        Some(r.object_path(ns, name))
+        })
     }
 
     fn owner_gk(r: &OwnerReference) -> String {
@@ -416,13 +415,19 @@ impl GarbageCollector {
 
     async fn owner_state(&self, r: &OwnerReference, ns: &str) -> Result<OwnerState, Error> {
         let gk = Self::owner_gk(r);
+        let Some(resource) = self.resource_of(&gk, &r.api_version) else {
+            return Ok(OwnerState::Solid); // a kind we do not know: never delete for it
+        };
+        if ns.is_empty() && resource.namespaced {
+            // A cluster-scoped dependent cannot have a namespaced owner: the reference is
+            // invalid, and upstream's collector leaves it alone too.
+            return Ok(OwnerState::Solid);
+        }
         let meta = match self.cached(&gk, ns, &r.name) {
             Some(m) if m.uid.as_deref() == Some(r.uid.as_str()) => Some(m),
             _ => {
                 // Not (yet) in the cache: ask the apiserver before calling it gone.
-                let Some(p) = self.path_of(&gk, &r.api_version, ns, &r.name) else {
-                    return Ok(OwnerState::Solid); // a kind we do not know: never delete for it
-                };
+                let p = resource.object_path(ns, &r.name);
                 match self
                     .ctx
                     .client

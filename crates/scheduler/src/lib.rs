@@ -249,9 +249,33 @@ impl Scheduler {
         export(&self.metrics, "persistentvolumes", volumes.stats());
         // A claim or volume appearing or binding may make a waiting pod schedulable.
         let q = self.queue.clone();
-        claims.store().on_change(move |_| q.move_all());
+        claims.store().on_change(move |c| {
+            let moved = match c {
+                Change::Added(_) => true,
+                Change::Updated { old, new } => {
+                    old.spec.as_ref().and_then(|s| s.volume_name.as_ref())
+                        != new.spec.as_ref().and_then(|s| s.volume_name.as_ref())
+                }
+                Change::Deleted(_) => false,
+            };
+            if moved {
+                q.move_all();
+            }
+        });
         let q = self.queue.clone();
-        volumes.store().on_change(move |_| q.move_all());
+        volumes.store().on_change(move |c| {
+            let moved = match c {
+                Change::Added(_) => true,
+                Change::Updated { old, new } => {
+                    old.spec.as_ref().map(|s| &s.node_affinity)
+                        != new.spec.as_ref().map(|s| &s.node_affinity)
+                }
+                Change::Deleted(_) => false,
+            };
+            if moved {
+                q.move_all();
+            }
+        });
         let claims = claims.spawn(shutdown.clone());
         let volumes = volumes.spawn(shutdown.clone());
         let _ = self.storage.set((claims.clone(), volumes.clone()));

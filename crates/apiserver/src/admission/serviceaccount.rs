@@ -53,9 +53,19 @@ pub fn mirror_refusal(pod: &Value) -> Option<&'static str> {
     if named("serviceAccountName") || named("serviceAccount") {
         return Some("a mirror pod may not reference service accounts");
     }
+    let pull_secrets = spec.get("imagePullSecrets").and_then(Value::as_array);
+    if pull_secrets.is_some_and(|p| !p.is_empty()) {
+        return Some("a mirror pod may not reference secrets");
+    }
     let volumes = spec.get("volumes").and_then(Value::as_array);
     for v in volumes.into_iter().flatten() {
-        if v.get("secret").is_some() {
+        // A secret volume, or any volume source naming a secret (`secretRef`, as csi, rbd,
+        // cephfs, iscsi, flexVolume … do).
+        let names_secret = v.get("secret").is_some()
+            || v.as_object().into_iter().flatten().any(|(_, src)| {
+                src.get("secretRef").is_some() || src.get("nodePublishSecretRef").is_some()
+            });
+        if names_secret {
             return Some("a mirror pod may not reference secrets");
         }
         let sources = v.pointer("/projected/sources").and_then(Value::as_array);

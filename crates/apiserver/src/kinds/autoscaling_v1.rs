@@ -5,12 +5,13 @@
 //! behavior as upstream's internal Go struct), so a round trip through v1 loses nothing.
 //! Validation and printing are v2's, on the converted object.
 
+use rkube_api::k8s::api::autoscaling::v2;
 use rkube_api::StatusCause;
 use serde_json::{json, Map, Value};
 
 use super::autoscaling::HorizontalPodAutoscaler as V2;
 use super::print::Column;
-use super::{clear_status, set_default, Strategy};
+use super::{clear_status, set_default, status_only, Strategy};
 
 pub struct HorizontalPodAutoscalerV1;
 
@@ -27,6 +28,8 @@ const ROUND_TRIP: &[&str] = &[
     "autoscaling.alpha.kubernetes.io/scale-down-tolerance",
     "autoscaling.alpha.kubernetes.io/scale-up-tolerance",
 ];
+/// The annotations that carry status (written through the status endpoint only).
+const STATUS_ANNOTATIONS: &[&str] = &[CURRENT_METRICS, CONDITIONS];
 /// What v1 assumes when it names no target (`DefaultCPUUtilization`).
 const DEFAULT_CPU: i64 = 80;
 
@@ -49,10 +52,28 @@ impl Strategy for HorizontalPodAutoscalerV1 {
 
     fn prepare_for_create(&self, obj: &mut Value) {
         clear_status(obj);
+        carry(&json!({}), obj, STATUS_ANNOTATIONS);
+    }
+
+    /// The main endpoint keeps the status — and so the annotations v1 carries status in.
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        carry(old, new, STATUS_ANNOTATIONS);
+    }
+
+    /// The status endpoint takes the status — and the annotations v1 carries status in.
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        let asked = new.clone();
+        status_only(new, old, false);
+        carry(&asked, new, STATUS_ANNOTATIONS);
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
         V2.validate(&to_v2(obj), causes);
+    }
+
+    /// The spec is v2's: a metric or behavior changed through v1's annotations counts.
+    fn spec_changed(&self, new: &Value, old: &Value) -> bool {
+        to_v2(new).get("spec") != to_v2(old).get("spec")
     }
 
     fn tracks_generation(&self) -> bool {
@@ -241,6 +262,34 @@ fn annotations_mut(obj: &mut Value) -> &mut Map<String, Value> {
         .expect("annotations object")
 }
 
+/// Makes `to`'s annotations `keys` what `from` has (set, or absent).
+fn carry(from: &Value, to: &mut Value, keys: &[&str]) {
+    for k in keys {
+        match from
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(*k))
+        {
+            Some(v) => {
+                annotations_mut(to).insert((*k).into(), v.clone());
+            }
+            None => {
+                if let Some(a) = to
+                    .pointer_mut("/metadata/annotations")
+                    .and_then(Value::as_object_mut)
+                {
+                    a.remove(*k);
+                }
+            }
+        }
+    }
+}
+
+/// Does `v` decode as `T`? (An annotation that does not is ignored, as upstream's conversion
+/// ignores one that does not unmarshal.)
+fn decodes_as<T: serde::de::DeserializeOwned>(v: &Value) -> bool {
+    serde_json::from_value::<T>(v.clone()).is_ok()
+}
+
 /// Drops the round-trip annotations (and an annotation map left empty by that).
 fn drop_round_trip(obj: &mut Value) {
     let Some(a) = obj
@@ -341,7 +390,8 @@ pub fn to_v2(v1: &Value) -> Value {
     };
     let mut metrics: Vec<Value> = annotation(METRICS)
         .and_then(|v| v.as_array().cloned())
-        .map(|ms| ms.iter().map(spec_to_v2).collect())
+        .map(|ms| ms.iter().map(spec_to_v2).collect::<Vec<_>>())
+        .filter(|ms| decodes_as::<Vec<v2::MetricSpec>>(&json!(ms)))
         .unwrap_or_default();
     let cpu = v1
         .pointer("/spec/targetCPUUtilizationPercentage")
@@ -358,15 +408,15 @@ pub fn to_v2(v1: &Value) -> Value {
     if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
         spec.remove("targetCPUUtilizationPercentage");
         spec.insert("metrics".into(), json!(metrics));
-        let behavior = annotation(BEHAVIOR).filter(|b| {
-            b.as_object()
-                .is_some_and(|m| m.values().any(|v| !v.is_null()))
-        });
+        let behavior = annotation(BEHAVIOR)
+            .filter(|b| {
+                b.as_object()
+                    .is_some_and(|m| m.values().any(|v| !v.is_null()))
+            })
+            .map(|b| strip_nulls(recase(&b, |c| c.to_ascii_lowercase())))
+            .filter(decodes_as::<v2::HorizontalPodAutoscalerBehavior>);
         if let Some(b) = behavior {
-            spec.insert(
-                "behavior".into(),
-                strip_nulls(recase(&b, |c| c.to_ascii_lowercase())),
-            );
+            spec.insert("behavior".into(), b);
         }
     }
     let current_cpu = v1
@@ -378,13 +428,15 @@ pub fn to_v2(v1: &Value) -> Value {
             ms.iter()
                 .map(|m| metric_to_v2(m, status_fields))
                 .collect::<Vec<_>>(),
-        ),
+        )
+        .filter(|ms| decodes_as::<Vec<v2::MetricStatus>>(&json!(ms))),
         None => current_cpu.map(|c| {
             vec![json!({"type": "Resource", "resource": {"name": "cpu",
                 "current": {"averageUtilization": c}}})]
         }),
     };
-    let conditions = annotation(CONDITIONS).filter(Value::is_array);
+    let conditions =
+        annotation(CONDITIONS).filter(decodes_as::<Vec<v2::HorizontalPodAutoscalerCondition>>);
     if let Some(status) = out.get_mut("status").and_then(Value::as_object_mut) {
         status.remove("currentCPUUtilizationPercentage");
         if let Some(c) = current {
@@ -442,6 +494,35 @@ mod tests {
             to_v1(&to_v2(&bare))["spec"]["targetCPUUtilizationPercentage"],
             80
         );
+    }
+
+    #[test]
+    fn annotations_that_do_not_decode_are_ignored_and_status_rides_only_the_status_endpoint() {
+        let v1 = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "h", "annotations": {
+                METRICS: "[{\"type\":\"Resource\",\"resource\":{\"name\":5}}]",
+                BEHAVIOR: "{\"ScaleUp\":7}",
+                CONDITIONS: "[{\"type\":1}]"}},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"}, "maxReplicas": 5,
+                     "targetCPUUtilizationPercentage": 50},
+            "status": {}});
+        let v2 = to_v2(&v1);
+        assert_eq!(v2["spec"]["metrics"].as_array().unwrap().len(), 1, "{v2}");
+        assert!(v2["spec"].get("behavior").is_none());
+        assert!(v2["status"].get("conditions").is_none());
+        assert!(v2["metadata"].get("annotations").is_none());
+        // A main-endpoint write keeps the stored status annotations; a status write takes its own.
+        let old = json!({"metadata": {"annotations": {CONDITIONS: "[]"}}, "status": {"currentReplicas": 1}});
+        let mut new = json!({"metadata": {"annotations": {CURRENT_METRICS: "[]"}}, "status": {}});
+        HorizontalPodAutoscalerV1.prepare_for_update(&mut new, &old);
+        assert_eq!(new["metadata"]["annotations"], json!({CONDITIONS: "[]"}));
+        let mut status = json!({"metadata": {"annotations": {CURRENT_METRICS: "[]"}}, "status": {"currentReplicas": 2}});
+        HorizontalPodAutoscalerV1.prepare_for_status_update(&mut status, &old);
+        assert_eq!(
+            status["metadata"]["annotations"],
+            json!({CURRENT_METRICS: "[]"})
+        );
+        assert_eq!(status["status"]["currentReplicas"], 2);
     }
 
     #[test]
