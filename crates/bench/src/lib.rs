@@ -327,22 +327,40 @@ pub async fn pods_rv(http: &reqwest::Client, base: &str) -> anyhow::Result<Strin
         .to_string())
 }
 
-/// Starts rkube-apiserver on `storage_url` and waits for `/readyz`.
+/// Starts rkube-apiserver on `storage_url` and waits for `/readyz`, with the ServiceAccount
+/// admission plugin off: the benches that post pods themselves run no controller-manager to
+/// make the namespace's `default` account.
 pub async fn start_apiserver(bin: &Path, storage_url: &str) -> anyhow::Result<(Child, String)> {
+    start_apiserver_with(
+        bin,
+        storage_url,
+        &["--disable-admission-plugins=ServiceAccount"],
+    )
+    .await
+}
+
+/// Starts rkube-apiserver on `storage_url` with `extra` flags and waits for `/readyz`.
+pub async fn start_apiserver_with(
+    bin: &Path,
+    storage_url: &str,
+    extra: &[&str],
+) -> anyhow::Result<(Child, String)> {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     // The open configuration: every component is anonymous, so APF would hold them all in one
     // flow of global-default (about 49 of 600 seats) and answer 429 to the bench's own
     // requests under a large load; the benches measure the control plane, chain-bench the
     // request chain and APF.
-    let args = [
+    let mut args: Vec<String> = [
         "--etcd-servers",
         storage_url,
         "--secure-port",
         &port.to_string(),
         "--enable-priority-and-fairness=false",
     ]
-    .map(String::from);
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
     let child = spawn_ready(bin, &args, &format!("{base}/readyz")).await?;
     Ok((child, base))
 }

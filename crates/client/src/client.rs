@@ -54,6 +54,8 @@ struct Inner {
     server: String,
     token: Option<String>,
     limiter: TokenBucket,
+    /// (qps, burst) the limiter was made with.
+    limits: (f32, u32),
 }
 
 impl Client {
@@ -92,8 +94,26 @@ impl Client {
                 server: cfg.server.clone(),
                 token: cfg.token.clone(),
                 limiter: TokenBucket::new(cfg.qps, cfg.burst),
+                limits: (cfg.qps, cfg.burst),
             }),
         })
+    }
+
+    /// The same server, identity and connection pools, with a rate limit of its own (as
+    /// upstream gives each controller its own client): one controller's bursts do not hold up
+    /// the others'.
+    pub fn with_own_rate_limit(&self) -> Client {
+        let i = &self.inner;
+        Client {
+            inner: Arc::new(Inner {
+                http: i.http.clone(),
+                stream_http: i.stream_http.clone(),
+                server: i.server.clone(),
+                token: i.token.clone(),
+                limiter: TokenBucket::new(i.limits.0, i.limits.1),
+                limits: i.limits,
+            }),
+        }
     }
 
     /// A client for `http://host:port` with no limits, for tests and tools.
@@ -130,10 +150,22 @@ impl Client {
         path_and_query: &str,
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<bytes::Bytes, Error> {
+        self.send_accepting(method, path_and_query, body, "application/json")
+            .await
+    }
+
+    /// `send`, asking for `accept` (aggregated discovery, tables, …).
+    pub async fn send_accepting(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+        accept: &str,
+    ) -> Result<bytes::Bytes, Error> {
         self.inner.limiter.acquire().await;
         let mut rb = self
             .request(method, path_and_query, false)
-            .header("Accept", "application/json");
+            .header("Accept", accept);
         if let Some((ctype, b)) = body {
             rb = rb.header("Content-Type", ctype).body(b);
         }

@@ -64,9 +64,64 @@ pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
+/// The aggregated discovery document's media type (v2).
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
 /// Every top-level resource (no subresources) of the core group and of each group's
-/// preferred version, as upstream's `ServerPreferredResources`.
+/// preferred version, as upstream's `ServerPreferredResources`: from aggregated discovery
+/// (`/api` and `/apis`, two requests), or group by group from a server without it.
 pub async fn discover(client: &Client) -> Result<Vec<ApiResource>, Error> {
+    let mut out = Vec::new();
+    for path in ["/api", "/apis"] {
+        let bytes = client
+            .send_accepting(Method::GET, path, None, AGGREGATED)
+            .await?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| Error::Decode(format!("{path}: {e}")))?;
+        if doc.get("kind").and_then(|k| k.as_str()) != Some("APIGroupDiscoveryList") {
+            return discover_legacy(client).await;
+        }
+        out.extend(from_aggregated(&doc));
+    }
+    Ok(out)
+}
+
+/// The preferred (first) version's resources of each group of an `APIGroupDiscoveryList`.
+pub fn from_aggregated(doc: &serde_json::Value) -> Vec<ApiResource> {
+    let mut out = Vec::new();
+    let str_of = |v: &serde_json::Value, k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    for item in doc["items"].as_array().into_iter().flatten() {
+        let group = item["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(preferred) = item["versions"].as_array().and_then(|v| v.first()) else {
+            continue;
+        };
+        let version = str_of(preferred, "version");
+        for r in preferred["resources"].as_array().into_iter().flatten() {
+            out.push(ApiResource {
+                group: group.to_string(),
+                version: version.clone(),
+                plural: str_of(r, "resource"),
+                kind: str_of(&r["responseKind"], "kind"),
+                namespaced: r["scope"].as_str() == Some("Namespaced"),
+                verbs: r["verbs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
+/// Legacy discovery: `/apis`, then each group's preferred version.
+async fn discover_legacy(client: &Client) -> Result<Vec<ApiResource>, Error> {
     let mut versions = vec![(String::new(), "v1".to_string())];
     let groups: APIGroupList = client.send_json(Method::GET, "/apis", None).await?;
     for g in groups.groups {
@@ -160,6 +215,23 @@ mod tests {
         .unwrap();
         assert_eq!(l.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(l.items[0].metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn aggregated_discovery_gives_each_groups_preferred_version() {
+        let doc = serde_json::json!({"kind": "APIGroupDiscoveryList", "items": [
+            {"metadata": {"name": "autoscaling"}, "versions": [
+                {"version": "v2", "resources": [{"resource": "horizontalpodautoscalers",
+                    "responseKind": {"kind": "HorizontalPodAutoscaler"}, "scope": "Namespaced",
+                    "verbs": ["list", "watch", "delete"]}]},
+                {"version": "v1", "resources": []}]}]});
+        let r = from_aggregated(&doc);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].group.as_str(), r[0].version.as_str()),
+            ("autoscaling", "v2")
+        );
+        assert!(r[0].namespaced && r[0].has_verbs(&["list", "watch"]));
     }
 
     #[test]

@@ -92,7 +92,11 @@ pub struct Store<K> {
     handlers: RwLock<Vec<Handler<K>>>,
     synced: AtomicBool,
     synced_notify: tokio::sync::Notify,
+    /// What the owner drops from every object before caching it (client-go's TransformFunc).
+    transform: std::sync::OnceLock<Transform<K>>,
 }
+
+type Transform<K> = Box<dyn Fn(&mut K) + Send + Sync>;
 
 impl<K: Resource> Default for Store<K> {
     fn default() -> Self {
@@ -104,11 +108,28 @@ impl<K: Resource> Default for Store<K> {
             handlers: RwLock::new(Vec::new()),
             synced: AtomicBool::new(false),
             synced_notify: tokio::sync::Notify::new(),
+            transform: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl<K: Resource> Store<K> {
+    /// Sets, once and before the informer starts, what is dropped from every object before it
+    /// is cached (fields the store's readers never look at, to save memory). Handlers see the
+    /// transformed objects too.
+    pub fn set_transform(&self, f: impl Fn(&mut K) + Send + Sync + 'static) {
+        let _ = self.transform.set(Box::new(f));
+    }
+
+    /// `strip`, then the owner's transform.
+    fn prepare(&self, obj: K) -> K {
+        let mut obj = strip(obj);
+        if let Some(t) = self.transform.get() {
+            t(&mut obj);
+        }
+        obj
+    }
+
     /// Adds an index; objects already cached are indexed too.
     pub fn add_index(
         &self,
@@ -205,7 +226,7 @@ impl<K: Resource> Store<K> {
     }
 
     fn upsert(&self, obj: K) {
-        let obj = strip(obj);
+        let obj = self.prepare(obj);
         let key = key_of(&obj);
         let new = Arc::new(obj);
         let old = self.inner.write().unwrap().put(key, new.clone());
@@ -231,7 +252,7 @@ impl<K: Resource> Sink<K> for Store<K> {
             let mut g = self.inner.write().unwrap();
             let mut fresh: HashSet<String> = HashSet::with_capacity(items.len());
             for obj in items {
-                let obj = strip(obj);
+                let obj = self.prepare(obj);
                 let key = key_of(&obj);
                 fresh.insert(key.clone());
                 let new = Arc::new(obj);
@@ -308,6 +329,38 @@ pub mod index {
     }
 }
 
+/// Transforms for `Store::set_transform`.
+pub mod transform {
+    use k8s_openapi::api::core::v1::Pod;
+
+    /// Drops the ServiceAccount admission's projected token volume (`kube-api-access-*`) and
+    /// its mounts: every pod carries them and no controller, scheduler or simulated kubelet of
+    /// ours reads them (in typed form they are the larger part of a small pod).
+    pub fn pod_without_token_volume(p: &mut Pod) {
+        let Some(spec) = p.spec.as_mut() else { return };
+        let is_token = |name: &str| name.starts_with("kube-api-access-");
+        let Some(volumes) = spec.volumes.as_mut() else {
+            return;
+        };
+        volumes.retain(|v| !(is_token(&v.name) && v.projected.is_some()));
+        if volumes.is_empty() {
+            spec.volumes = None;
+        }
+        let containers = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for c in containers {
+            if let Some(m) = c.volume_mounts.as_mut() {
+                m.retain(|m| !is_token(&m.name));
+                if m.is_empty() {
+                    c.volume_mounts = None;
+                }
+            }
+        }
+    }
+}
+
 /// A reflector and its store, started together.
 pub struct Informer<K: Resource> {
     store: Arc<Store<K>>,
@@ -358,6 +411,27 @@ mod tests {
             "spec": {"nodeName": node, "containers": []}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_transform_drops_the_token_volume_before_caching() {
+        let s: Store<Pod> = Store::default();
+        s.set_transform(transform::pod_without_token_volume);
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "a", "name": "p", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "volumeMounts": [
+                {"name": "kube-api-access-x2b4z", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                {"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "kube-api-access-x2b4z", "projected": {"sources": []}},
+                            {"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]}
+        }))
+        .unwrap();
+        s.modified(p);
+        let cached = s.get("a/p").unwrap();
+        let spec = cached.spec.as_ref().unwrap();
+        assert_eq!(spec.volumes.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.volumes.as_ref().unwrap()[0].name, "data");
+        assert_eq!(spec.containers[0].volume_mounts.as_ref().unwrap().len(), 1);
     }
 
     #[test]

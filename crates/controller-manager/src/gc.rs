@@ -89,6 +89,8 @@ const SYNC_GRACE: Duration = Duration::from_secs(30);
 
 pub struct GarbageCollector {
     ctx: Arc<Ctx>,
+    /// The collector's own client (own rate limit), for discovery and its informers.
+    client: Client,
     queue: Arc<WorkQueue<String>>,
     /// By group-kind.
     kinds: RwLock<HashMap<String, Entry>>,
@@ -117,6 +119,7 @@ enum OwnerState {
 impl GarbageCollector {
     pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
         let gc = Arc::new(GarbageCollector {
+            client: ctx.client.with_own_rate_limit(),
             ctx: ctx.clone(),
             queue: WorkQueue::new("garbagecollector"),
             kinds: RwLock::default(),
@@ -176,7 +179,7 @@ impl GarbageCollector {
     /// informer for each one not yet watched and stopping those of resources gone.
     async fn run_discovery(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
-            match dynamic::discover(&self.ctx.client).await {
+            match dynamic::discover(&self.client).await {
                 Ok(found) => self.follow(found, &shutdown),
                 Err(e) => {
                     tracing::warn!(error = %e, "discovery failed; collector keeps what it watches")
@@ -219,7 +222,7 @@ impl GarbageCollector {
                 continue;
             }
             tracing::debug!(resource = %gk, "collector watches a discovered resource");
-            let api = Api::<PartialObjectMeta>::dynamic(&self.ctx.client, r.clone());
+            let api = Api::<PartialObjectMeta>::dynamic(&self.client, r.clone());
             let inf = Informer::new(api, ListParams::default());
             let store = inf.store();
             store.add_index(index::OWNER_UID, index::owner_uid::<PartialObjectMeta>);

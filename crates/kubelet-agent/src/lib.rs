@@ -251,6 +251,8 @@ pub async fn run(
             opts,
         );
         export(&metrics, &name, inf.stats());
+        inf.store()
+            .set_transform(rkube_client::informer::transform::pod_without_token_volume);
         let s = shutdown.clone();
         inf.store().on_change(move |ch| match ch {
             Change::Added(p) | Change::Updated { new: p, .. } => rt.pod_changed(p.clone(), &s),

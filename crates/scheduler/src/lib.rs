@@ -235,6 +235,8 @@ impl Scheduler {
             Api::<Pod>::all(&self.client),
             ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
         );
+        pods.store()
+            .set_transform(rkube_client::informer::transform::pod_without_token_volume);
         let claims = Informer::new(
             Api::<PersistentVolumeClaim>::all(&self.client),
             ListParams::default(),

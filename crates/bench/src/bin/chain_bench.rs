@@ -51,6 +51,8 @@ async fn start(
         storage,
         "--secure-port",
         &port.to_string(),
+        // No controller-manager makes the `default` ServiceAccount for the bench's pods.
+        "--disable-admission-plugins=ServiceAccount",
     ]
     .map(String::from)
     .to_vec();

@@ -69,7 +69,8 @@ impl Cluster {
         } else {
             start_rkube_store(&b("rkube-store")).await?
         };
-        let (api, base) = start_apiserver(&b("rkube-apiserver"), &storage.url).await?;
+        // The whole control plane runs: admission as upstream's defaults, ServiceAccount on.
+        let (api, base) = start_apiserver_with(&b("rkube-apiserver"), &storage.url, &[]).await?;
         let mut procs = vec![Proc {
             name: "apiserver",
             child: api,
@@ -138,6 +139,12 @@ impl Cluster {
             )
             .await?,
         );
+        // As on any cluster a user is handed: the namespace's `default` ServiceAccount exists
+        // (the ServiceAccount admission plugin refuses pods until the controller made it).
+        wait_ready(&format!(
+            "{base}/api/v1/namespaces/default/serviceaccounts/default"
+        ))
+        .await?;
         Ok(Cluster {
             procs,
             base,
@@ -403,6 +410,8 @@ async fn bookmark_scenario(f: &Flags) -> anyhow::Result<(f64, f64, usize, f64, f
             "--watch-bookmark-interval",
             "5s",
             "--enable-priority-and-fairness=false",
+            // No controller-manager here to make the `default` ServiceAccount.
+            "--disable-admission-plugins=ServiceAccount",
         ]
         .iter()
         .map(|s| s.to_string())
