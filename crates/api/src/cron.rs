@@ -110,26 +110,82 @@ impl Schedule {
     /// The first firing strictly after `after` (seconds since the epoch, UTC), searched at
     /// most `horizon` seconds ahead; None when it does not fire within it.
     pub fn next_after(&self, after: i64, horizon: i64) -> Option<i64> {
+        self.next_after_in(after, horizon, &|_| 0)
+    }
+
+    /// As `next_after`, with the fields read in a zone whose UTC offset (seconds) at an
+    /// instant is `offset(instant)`: local times a DST change skips never fire.
+    pub fn next_after_in(
+        &self,
+        after: i64,
+        horizon: i64,
+        offset: &dyn Fn(i64) -> i64,
+    ) -> Option<i64> {
         if let Schedule::Every(secs) = *self {
             return Some(after + secs as i64);
         }
         let mut t = (after.div_euclid(60) + 1) * 60;
         let end = after.saturating_add(horizon);
         while t <= end {
-            let c = Civil::from_unix(t);
+            let off = offset(t);
+            let c = Civil::from_unix(t + off);
             if self.matches(&c) {
                 return Some(t);
             }
-            // Skip whole hours and days that cannot match.
+            // Skip whole local hours that cannot match.
             if let Schedule::Fields { hour, month, .. } = *self {
                 if month & (1 << c.month) == 0 || hour & (1 << c.hour) == 0 {
-                    t = (t.div_euclid(3600) + 1) * 3600;
+                    let local = t + off;
+                    t = ((local.div_euclid(3600) + 1) * 3600 - off).max(t + 60);
                     continue;
                 }
             }
             t += 60;
         }
         None
+    }
+
+    /// The last firing at or before `at` and after `earliest` (exclusive), and how many
+    /// firings fell in that window (counted up to `cap`, so the work stays bounded).
+    pub fn last_between(
+        &self,
+        earliest: i64,
+        at: i64,
+        cap: usize,
+        offset: &dyn Fn(i64) -> i64,
+    ) -> (Option<i64>, usize) {
+        if at <= earliest {
+            return (None, 0);
+        }
+        if let Schedule::Every(secs) = *self {
+            let n = (at - earliest) / secs as i64;
+            return (
+                (n > 0).then(|| earliest + n * secs as i64),
+                (n as usize).min(cap),
+            );
+        }
+        let mut count = 0;
+        let mut last = None;
+        let mut t = earliest;
+        // Forward while the count is small; the rest is found walking back from `at`.
+        while count < cap {
+            match self.next_after_in(t, at - t, offset) {
+                Some(n) if n <= at => {
+                    count += 1;
+                    last = Some(n);
+                    t = n;
+                }
+                _ => return (last, count),
+            }
+        }
+        let mut m = at.div_euclid(60) * 60;
+        while m > t {
+            if self.matches(&Civil::from_unix(m + offset(m))) {
+                return (Some(m), count);
+            }
+            m -= 60;
+        }
+        (last, count)
     }
 }
 
@@ -274,6 +330,31 @@ mod tests {
             Schedule::parse("0 0 * * 7").unwrap(),
             Schedule::parse("0 0 * * 0").unwrap()
         );
+    }
+
+    #[test]
+    fn zones_and_windows() {
+        let s = Schedule::parse("0 9 * * *").unwrap();
+        // 2026-01-01T00:00:00Z; 09:00 in UTC+2 is 07:00Z.
+        let day = 1_767_225_600;
+        assert_eq!(
+            s.next_after_in(day, 86_400, &|_| 7200),
+            Some(day + 7 * 3600)
+        );
+        // India's +05:30: 09:00 local is 03:30Z.
+        assert_eq!(
+            s.next_after_in(day, 86_400, &|_| 19_800),
+            Some(day + 3 * 3600 + 1800)
+        );
+        // Three days of a daily schedule: the last one, three counted.
+        let (last, n) = s.last_between(day, day + 3 * 86_400 - 1, 100, &|_| 0);
+        assert_eq!((last, n), (Some(day + 2 * 86_400 + 9 * 3600), 3));
+        // Counting stops at the cap; the last firing is still found.
+        let every = Schedule::parse("* * * * *").unwrap();
+        let (last, n) = every.last_between(day, day + 86_400, 100, &|_| 0);
+        assert_eq!((last, n), (Some(day + 86_400), 100));
+        let (last, n) = Schedule::Every(10).last_between(day, day + 95, 100, &|_| 0);
+        assert_eq!((last, n), (Some(day + 90), 9));
     }
 
     #[test]

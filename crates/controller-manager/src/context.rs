@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -30,6 +31,8 @@ pub struct Ctx {
     pub pods: Arc<Store<Pod>>,
     pub replicasets: Arc<Store<ReplicaSet>>,
     pub deployments: Arc<Store<Deployment>>,
+    pub jobs: Arc<Store<Job>>,
+    pub cronjobs: Arc<Store<CronJob>>,
     pub nodes: Arc<Store<Node>>,
     /// Node heartbeats: Leases in `kube-node-lease`.
     pub node_leases: Arc<Store<Lease>>,
@@ -124,6 +127,10 @@ impl Ctx {
         starts.push(s);
         let (deployments, s) = informer(Api::<Deployment>::all(&client), &metrics);
         starts.push(s);
+        let (jobs, s) = informer(Api::<Job>::all(&client), &metrics);
+        starts.push(s);
+        let (cronjobs, s) = informer(Api::<CronJob>::all(&client), &metrics);
+        starts.push(s);
         let (nodes, s) = informer(Api::<Node>::all(&client), &metrics);
         starts.push(s);
         let (node_leases, s) = informer(
@@ -164,6 +171,8 @@ impl Ctx {
             pods,
             replicasets,
             deployments,
+            jobs,
+            cronjobs,
             nodes,
             node_leases,
             namespaces,
@@ -192,6 +201,8 @@ impl Ctx {
         self.pods.wait_synced().await;
         self.replicasets.wait_synced().await;
         self.deployments.wait_synced().await;
+        self.jobs.wait_synced().await;
+        self.cronjobs.wait_synced().await;
         self.nodes.wait_synced().await;
         self.node_leases.wait_synced().await;
         self.namespaces.wait_synced().await;

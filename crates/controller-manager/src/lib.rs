@@ -1,8 +1,9 @@
-//! rkube-controller-manager: the workload, garbage-collector, node-lifecycle, namespace,
+//! rkube-controller-manager: the workload (Deployment, ReplicaSet, Job, CronJob, TTL-after-finished), garbage-collector, pod-garbage-collector, node-lifecycle, namespace,
 //! Endpoints, EndpointSlice (and mirroring), ServiceAccount, root-CA, volume, disruption and
 //! CSR-signing controllers over shared informers, optionally behind a leader-election Lease.
 
 pub mod context;
+pub mod cronjob;
 pub mod csrsigning;
 pub mod deployment;
 pub mod disruption;
@@ -11,12 +12,15 @@ pub mod endpointslice;
 pub mod endpointslicemirroring;
 pub mod expectations;
 pub mod gc;
+pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod objects;
+pub mod podgc;
 pub mod replicaset;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod ttlafterfinished;
 pub mod volume;
 pub mod worker;
 
@@ -30,10 +34,14 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 14] = [
+pub const CONTROLLERS: [&str; 18] = [
     "deployment",
     "replicaset",
+    "job",
+    "cronjob",
+    "ttl-after-finished",
     "garbagecollector",
+    "pod-garbage-collector",
     "nodelifecycle",
     "namespace",
     "endpoint",
@@ -47,7 +55,11 @@ pub const CONTROLLERS: [&str; 14] = [
     "csrsigning",
 ];
 
-#[derive(Clone, Debug)]
+/// The controllers' idea of now (the CronJob controller's schedule); tests move it.
+pub type Clock =
+    Arc<dyn Fn() -> k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc> + Send + Sync>;
+
+#[derive(Clone)]
 pub struct Config {
     pub client: rkube_client::Config,
     /// Controller names; `*` means all, `-name` turns one off.
@@ -57,6 +69,17 @@ pub struct Config {
     pub deployment_workers: usize,
     pub replicaset_workers: usize,
     pub gc_workers: usize,
+    pub job_workers: usize,
+    /// The delay after a Job's first failed pod, doubling after each (upstream: 10 s; tests
+    /// shorten it).
+    pub job_backoff: std::time::Duration,
+    pub clock: Clock,
+    /// `--terminated-pod-gc-threshold`; 0 keeps every finished pod.
+    pub terminated_pod_gc_threshold: usize,
+    /// How often the pod collector runs, and how long a node must be gone before its pods
+    /// are (upstream: 20 s, 40 s; tests shorten them).
+    pub podgc_period: std::time::Duration,
+    pub podgc_quarantine: std::time::Duration,
     pub node_monitor_grace_period: Duration,
     pub node_monitor_period: Duration,
     /// `--root-ca-file`'s PEM, published in every namespace (default: the CA the client
@@ -76,6 +99,12 @@ impl Config {
             deployment_workers: 5,
             replicaset_workers: 5,
             gc_workers: 20,
+            job_workers: 5,
+            job_backoff: job::logic::BACKOFF_BASE,
+            clock: Arc::new(rkube_client::now),
+            terminated_pod_gc_threshold: 12_500,
+            podgc_period: podgc::PERIOD,
+            podgc_quarantine: podgc::QUARANTINE,
             node_monitor_grace_period: Duration::from_secs(40),
             node_monitor_period: Duration::from_secs(5),
             root_ca: None,
@@ -150,6 +179,23 @@ async fn run_controllers(
     let replicasets = config
         .enabled("replicaset")
         .then(|| replicaset::ReplicaSetController::new(ctx.clone()));
+    let jobs = config
+        .enabled("job")
+        .then(|| job::JobController::new(ctx.clone(), config.job_backoff));
+    let cronjobs = config
+        .enabled("cronjob")
+        .then(|| cronjob::CronJobController::new(ctx.clone(), config.clock.clone()));
+    let podgc = config.enabled("pod-garbage-collector").then(|| {
+        podgc::PodGc::new(
+            ctx.clone(),
+            config.terminated_pod_gc_threshold,
+            config.podgc_period,
+            config.podgc_quarantine,
+        )
+    });
+    let ttl = config
+        .enabled("ttl-after-finished")
+        .then(|| ttlafterfinished::TtlAfterFinished::new(ctx.clone()));
     let gc = config
         .enabled("garbagecollector")
         .then(|| gc::GarbageCollector::new(ctx.clone()));
@@ -210,6 +256,18 @@ async fn run_controllers(
     }
     if let Some(c) = &replicasets {
         c.start(config.replicaset_workers, shutdown.clone());
+    }
+    if let Some(c) = &jobs {
+        c.start(config.job_workers, shutdown.clone());
+    }
+    if let Some(c) = &cronjobs {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &podgc {
+        c.start(shutdown.clone());
+    }
+    if let Some(c) = &ttl {
+        c.start(2, shutdown.clone());
     }
     if let Some(c) = &gc {
         c.start(config.gc_workers, shutdown.clone());

@@ -28,6 +28,11 @@ struct Flags {
     concurrent_deployment_syncs: usize,
     #[arg(long, default_value_t = 5)]
     concurrent_replicaset_syncs: usize,
+    #[arg(long, default_value_t = 5)]
+    concurrent_job_syncs: usize,
+    /// Finished pods kept before the oldest are deleted; 0 keeps them all.
+    #[arg(long, default_value_t = 12500)]
+    terminated_pod_gc_threshold: usize,
     #[arg(long, default_value_t = 20)]
     concurrent_gc_syncs: usize,
     #[arg(long, default_value = "40s")]
@@ -59,6 +64,8 @@ async fn main() -> anyhow::Result<()> {
     config.deployment_workers = f.concurrent_deployment_syncs;
     config.replicaset_workers = f.concurrent_replicaset_syncs;
     config.gc_workers = f.concurrent_gc_syncs;
+    config.job_workers = f.concurrent_job_syncs;
+    config.terminated_pod_gc_threshold = f.terminated_pod_gc_threshold;
     config.node_monitor_grace_period = f.node_monitor_grace_period.into();
     config.node_monitor_period = f.node_monitor_period.into();
     config.root_ca = f

@@ -1,5 +1,6 @@
 //! Helpers over API objects that every controller shares: an object's controller reference,
-//! its labels, and a workload's label selector (an empty one selects nothing).
+//! its labels, a workload's label selector (an empty one selects nothing), and the events a
+//! pure decision asks for.
 
 use std::collections::BTreeMap;
 
@@ -42,4 +43,27 @@ pub fn labels_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> BTreeMap<String, String> {
     meta.labels.clone().unwrap_or_default()
+}
+
+/// An event a controller's pure core decided on; its I/O side records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Records `events` about `regarding`.
+pub fn record(
+    recorder: &rkube_client::events::Recorder,
+    regarding: k8s_openapi::api::core::v1::ObjectReference,
+    events: &[Event],
+) {
+    for e in events {
+        if e.warning {
+            recorder.warning(regarding.clone(), e.reason, e.message.clone());
+        } else {
+            recorder.normal(regarding.clone(), e.reason, e.message.clone());
+        }
+    }
 }

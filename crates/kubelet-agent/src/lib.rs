@@ -6,6 +6,7 @@
 
 pub mod logs;
 pub mod node;
+pub mod overrides;
 pub mod server;
 pub mod sim;
 pub mod stages;

@@ -114,31 +114,23 @@ async fn container_logs(
         )
             .into_response();
     };
-    let (image, start, restarts) = {
-        let s = sim.lock().unwrap();
-        let Some((_, image)) = s
-            .container_names()
-            .into_iter()
-            .find(|(n, _)| *n == container)
-        else {
-            return (
-                StatusCode::NOT_FOUND,
-                format!("container {container} is not valid for pod {pod}\n"),
-            )
-                .into_response();
-        };
-        (image, s.start_time(), s.restarts(&container))
-    };
-    let now = rkube_client::now();
     let previous = flag(&q.previous);
-    if previous && restarts == 0 {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("previous terminated container \"{container}\" in pod \"{pod}\" not found\n"),
-        )
-            .into_response();
-    }
-    let mut all = lines(&image, &container, start, now);
+    let run = sim.lock().unwrap().log_run(&container, previous, &pod);
+    let run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            let code = if e.contains("not valid") {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return (code, format!("{e}\n")).into_response();
+        }
+    };
+    let (image, start) = (run.image, run.start);
+    let now = rkube_client::now();
+    let until = run.end.unwrap_or(now);
+    let mut all = lines(&image, &container, start, until);
     if let Some(s) = q.since_seconds.filter(|s| *s > 0) {
         // Clamped: a huge value means "everything", not an overflow.
         let from = now - k8s_openapi::chrono::Duration::seconds(s.min(10 * 365 * 86400));
@@ -150,7 +142,7 @@ async fn container_logs(
     }
     let ts = flag(&q.timestamps);
     let head: String = all.iter().map(|(at, l)| render(ts, *at, l)).collect();
-    if !flag(&q.follow) || previous {
+    if !flag(&q.follow) || run.end.is_some() {
         return (StatusCode::OK, [("content-type", "text/plain")], head).into_response();
     }
     // Follow: the lines so far, then each new one as it comes due, while the pod lives.
@@ -168,9 +160,18 @@ async fn container_logs(
                 ));
             }
             tokio::time::sleep(LINE_EVERY).await;
-            if sim.strong_count() == 0 {
+            let Some(sim) = sim.upgrade() else {
                 return None; // the pod's worker ended
+            };
+            if sim
+                .lock()
+                .unwrap()
+                .log_run(&container, false, "")
+                .is_ok_and(|r| r.end.is_some())
+            {
+                return None; // the container exited
             }
+            let sim = Arc::downgrade(&sim);
             let at = rkube_client::now();
             let text = render(ts, at, &line(&image, &container, n, at));
             Some((Ok(bytes::Bytes::from(text)), (None, n + 1, sim)))

@@ -42,6 +42,11 @@ struct Flags {
     /// `fast`, `realistic`, or a YAML/JSON stages file.
     #[arg(long, default_value = "fast")]
     stages: String,
+    /// How long init containers and the containers of `restartPolicy: Never|OnFailure` pods
+    /// run before exiting with 0 (default: the stages' `run`, 100ms in `fast`); the pod's
+    /// `sim.rkube.io/run-duration` annotation overrides it.
+    #[arg(long)]
+    default_run_duration: Option<GoDuration>,
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     watch_bookmarks: bool,
     /// The shortest timeout a pod watch asks for (each picks one in [t, 2t]); client-go uses 5m.
@@ -107,6 +112,9 @@ async fn main() -> anyhow::Result<()> {
     config.lease_duration = f.node_lease_duration.into();
     config.stages =
         rkube_kubelet_agent::stages::Stages::load(&f.stages).map_err(anyhow::Error::msg)?;
+    if let Some(d) = f.default_run_duration {
+        config.stages.run = d.into();
+    }
     config.watch_bookmarks = f.watch_bookmarks;
     config.watch_timeout = f.watch_timeout.into();
     config.node_ip = resolve_node_ip(&f.node_ip).await?;

@@ -1,19 +1,23 @@
 //! The simulated runtime for one pod, without I/O: `advance(now)` moves every container through
-//! its steps (sandbox → pull → create → start → running → ready, with pull failures and
-//! crash-loops as the stages say, and stop on deletion), returning the events a kubelet would
-//! record and when to look again. `status()` renders what a real kubelet reports.
+//! its steps (sandbox → pull → create → start → running → ready → exit, with pull failures,
+//! crash-loops and restarts as the restart policy says, and stop on deletion), returning the
+//! events a kubelet would record and when to look again. Init containers run one after another
+//! and must succeed before the app containers start; restartable init containers (sidecars)
+//! start in order, keep running beside the app and stop once the app containers have finished.
+//! `status()` renders what a real kubelet reports.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    Container as ContainerSpec, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
+use crate::overrides::{self, Run};
 use crate::stages::Stages;
 
 pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -26,6 +30,7 @@ pub fn backoff(attempt: u32) -> Duration {
 
 #[derive(Clone, Debug, PartialEq)]
 enum Step {
+    /// Waiting for the sandbox, or for the init containers before this one.
     WaitSandbox,
     Pull {
         until: Instant,
@@ -42,7 +47,7 @@ enum Step {
     },
     Running {
         ready_at: Option<Instant>,
-        crash_at: Option<Instant>,
+        exit_at: Option<Instant>,
     },
     CrashBackOff {
         until: Instant,
@@ -51,6 +56,15 @@ enum Step {
         until: Instant,
     },
     Exited,
+}
+
+/// Where a container sits in the pod's spec.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Init,
+    /// An init container with `restartPolicy: Always`.
+    Sidecar,
+    App,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -65,8 +79,18 @@ pub struct SimEvent {
 struct Container {
     name: String,
     image: String,
+    kind: Kind,
     always_pull: bool,
     readiness_delay: Option<Duration>,
+    never_ready: bool,
+    /// How long each run lasts; `None`: until stopped.
+    run: Option<Duration>,
+    /// When, after a start, the liveness probe has failed `failureThreshold` times and the
+    /// container is killed (`sim.rkube.io/liveness-fail-after` on a container with a probe).
+    liveness_kill: Option<Duration>,
+    /// The current run ends by the liveness probe, not by itself.
+    killed: bool,
+    exit_code: i32,
     step: Step,
     state: ContainerState,
     last_state: Option<ContainerState>,
@@ -76,6 +100,28 @@ struct Container {
     attempts: u32,
     container_id: Option<String>,
     pull_started: Option<Instant>,
+    /// When the gate for the containers after it opened: an init container's successful
+    /// exit, a sidecar's first start.
+    opened_at: Option<Instant>,
+}
+
+/// What decides a restart: the pod's restart policy, and whether its app containers are done.
+#[derive(Clone, Copy)]
+struct Policy {
+    always: bool,
+    never: bool,
+    apps_done: bool,
+}
+
+impl Policy {
+    /// Whether a container of `kind` restarts after exiting with `code`.
+    fn restarts(self, kind: Kind, code: i32) -> bool {
+        match kind {
+            Kind::Sidecar => !self.apps_done,
+            Kind::Init => code != 0 && !self.never,
+            Kind::App => self.always || (!self.never && code != 0),
+        }
+    }
 }
 
 pub struct PodSim {
@@ -131,12 +177,126 @@ fn hex_id(seed: &str) -> String {
     out
 }
 
-fn ev(warning: bool, reason: &'static str, message: String, c: &str) -> SimEvent {
+fn ev(warning: bool, reason: &'static str, message: String, c: &Container) -> SimEvent {
+    let list = match c.kind {
+        Kind::App => "containers",
+        Kind::Init | Kind::Sidecar => "initContainers",
+    };
     SimEvent {
         warning,
         reason,
         message,
-        field_path: Some(format!("spec.containers{{{c}}}")),
+        field_path: Some(format!("spec.{list}{{{}}}", c.name)),
+    }
+}
+
+impl Container {
+    fn new(pod: &Pod, spec: &ContainerSpec, kind: Kind, stages: &Stages, pod_ends: bool) -> Self {
+        let o = overrides::for_container(pod, &spec.name);
+        let crash = stages.crash_for(spec.image.as_deref().unwrap_or_default());
+        // Annotation, then the stages' crash effect, then the default: init containers and
+        // the app containers of pods that may finish run for the default duration.
+        let run = match o.run {
+            Some(Run::For(d)) => Some(d),
+            Some(Run::Forever) => None,
+            None => match crash {
+                Some(k) => Some(k.after),
+                None if kind == Kind::Init || (kind == Kind::App && pod_ends) => Some(stages.run),
+                None => None,
+            },
+        };
+        let exit_code = o.exit_code.or(crash.map(|k| k.exit_code)).unwrap_or(0);
+        let liveness_kill =
+            spec.liveness_probe
+                .as_ref()
+                .zip(o.liveness_fail_after)
+                .map(|(p, after)| {
+                    let secs =
+                        |v: Option<i32>, d: i32| Duration::from_secs(v.unwrap_or(d).max(1) as u64);
+                    let delay =
+                        Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64);
+                    after.max(delay)
+                        + secs(p.period_seconds, 10)
+                            * p.failure_threshold.unwrap_or(3).max(1) as u32
+                });
+        Container {
+            name: spec.name.clone(),
+            image: spec.image.clone().unwrap_or_default(),
+            kind,
+            always_pull: spec.image_pull_policy.as_deref() == Some("Always"),
+            readiness_delay: spec
+                .readiness_probe
+                .as_ref()
+                .map(|p| Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64)),
+            never_ready: o.never_ready,
+            run,
+            liveness_kill,
+            killed: false,
+            exit_code,
+            step: Step::WaitSandbox,
+            state: waiting(
+                if kind == Kind::App
+                    && pod
+                        .spec
+                        .as_ref()
+                        .is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty()))
+                {
+                    "PodInitializing"
+                } else {
+                    "ContainerCreating"
+                },
+                None,
+            ),
+            last_state: None,
+            ready: false,
+            started: false,
+            restarts: 0,
+            attempts: 0,
+            container_id: None,
+            pull_started: None,
+            opened_at: None,
+        }
+    }
+
+    fn waiting_reason(&self) -> Option<&str> {
+        self.state
+            .waiting
+            .as_ref()
+            .and_then(|w| w.reason.as_deref())
+    }
+
+    /// Exited for good with code 0 (an init container's success).
+    fn succeeded(&self) -> bool {
+        self.step == Step::Exited
+            && self
+                .state
+                .terminated
+                .as_ref()
+                .is_some_and(|t| t.exit_code == 0)
+    }
+
+    /// Its next deadline.
+    fn next(&self) -> Option<Instant> {
+        match &self.step {
+            Step::Pull { until }
+            | Step::Create { until }
+            | Step::Start { until }
+            | Step::CrashBackOff { until }
+            | Step::Stop { until } => Some(*until),
+            Step::PullFailed {
+                backoff_at,
+                retry_at,
+            } => Some(if self.waiting_reason() == Some("ErrImagePull") {
+                *backoff_at
+            } else {
+                *retry_at
+            }),
+            Step::Running { ready_at, exit_at } => match (ready_at, exit_at) {
+                (Some(r), Some(k)) => Some((*r).min(*k)),
+                (r, k) => r.or(*k),
+            },
+            Step::WaitSandbox | Step::Exited => None,
+        }
     }
 }
 
@@ -149,31 +309,25 @@ impl PodSim {
         wall: DateTime<Utc>,
     ) -> Self {
         let spec = pod.spec.clone().unwrap_or_default();
-        let containers = spec
+        let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+        let pod_ends = policy != "Always";
+        let inits = spec.init_containers.iter().flatten().map(|c| {
+            let kind = if c.restart_policy.as_deref() == Some("Always") {
+                Kind::Sidecar
+            } else {
+                Kind::Init
+            };
+            Container::new(pod, c, kind, stages, pod_ends)
+        });
+        let apps = spec
             .containers
             .iter()
-            .map(|c| Container {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                always_pull: c.image_pull_policy.as_deref() == Some("Always"),
-                readiness_delay: c.readiness_probe.as_ref().map(|p| {
-                    Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64)
-                }),
-                step: Step::WaitSandbox,
-                state: waiting("ContainerCreating", None),
-                last_state: None,
-                ready: false,
-                started: false,
-                restarts: 0,
-                attempts: 0,
-                container_id: None,
-                pull_started: None,
-            })
-            .collect();
-        let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+            .map(|c| Container::new(pod, c, Kind::App, stages, pod_ends));
+        let containers: Vec<Container> = inits.chain(apps).collect();
         let mut conditions = BTreeMap::new();
         conditions.insert("PodReadyToStartContainers", (false, wall));
-        conditions.insert("Initialized", (true, wall));
+        let no_inits = containers.iter().all(|c| c.kind == Kind::App);
+        conditions.insert("Initialized", (no_inits, wall));
         conditions.insert("ContainersReady", (false, wall));
         conditions.insert("Ready", (false, wall));
         PodSim {
@@ -206,7 +360,7 @@ impl PodSim {
                 false,
                 "Pulled",
                 format!("Container image \"{}\" already present on machine", c.image),
-                &c.name,
+                c,
             )];
         }
         c.pull_started = Some(at);
@@ -217,8 +371,207 @@ impl PodSim {
             false,
             "Pulling",
             format!("Pulling image \"{}\"", c.image),
-            &c.name,
+            c,
         )]
+    }
+
+    /// Every app container has exited for good (a pod that may finish has finished).
+    fn apps_done(&self) -> bool {
+        let mut apps = self
+            .containers
+            .iter()
+            .filter(|c| c.kind == Kind::App)
+            .peekable();
+        apps.peek().is_some() && apps.all(|c| c.step == Step::Exited)
+    }
+
+    /// An init container failed for good (restartPolicy Never).
+    fn init_failed(&self) -> bool {
+        self.containers
+            .iter()
+            .any(|c| c.kind == Kind::Init && c.step == Step::Exited && !c.succeeded())
+    }
+
+    /// Moves one container as far as `now` allows.
+    #[allow(clippy::too_many_arguments)]
+    fn step_container(
+        c: &mut Container,
+        policy: Policy,
+        uid: &str,
+        now: Instant,
+        wall: DateTime<Utc>,
+        stages: &Stages,
+        images: &mut HashSet<String>,
+        events: &mut Vec<SimEvent>,
+    ) {
+        // Several steps may be due at once (zero delays): loop until one is in the future.
+        for _ in 0..16 {
+            let progressed = match c.step.clone() {
+                Step::Pull { until } if now >= until => {
+                    if stages.pull_fails(&c.image) {
+                        c.attempts += 1;
+                        let msg = format!("Failed to pull image \"{}\": rpc error: code = NotFound desc = failed to pull and unpack image \"{}\": not found", c.image, c.image);
+                        events.push(ev(true, "Failed", msg.clone(), c));
+                        events.push(ev(true, "Failed", "Error: ErrImagePull".into(), c));
+                        c.state = waiting("ErrImagePull", Some(msg));
+                        c.step = Step::PullFailed {
+                            backoff_at: until + Duration::from_secs(1).min(backoff(c.attempts)),
+                            retry_at: until + backoff(c.attempts),
+                        };
+                    } else {
+                        images.insert(c.image.clone());
+                        let took = until
+                            .duration_since(c.pull_started.unwrap_or(until))
+                            .as_secs_f64();
+                        events.push(ev(false, "Pulled", format!("Successfully pulled image \"{}\" in {took:.3}s ({took:.3}s including waiting). Image size: 72000000 bytes.", c.image), c));
+                        c.step = Step::Create {
+                            until: until + stages.create,
+                        };
+                    }
+                    true
+                }
+                Step::PullFailed { backoff_at, .. }
+                    if now >= backoff_at && c.waiting_reason() == Some("ErrImagePull") =>
+                {
+                    let msg = format!("Back-off pulling image \"{}\"", c.image);
+                    events.push(ev(false, "BackOff", msg.clone(), c));
+                    events.push(ev(true, "Failed", "Error: ImagePullBackOff".into(), c));
+                    c.state = waiting("ImagePullBackOff", Some(msg));
+                    true
+                }
+                Step::PullFailed { retry_at, .. } if now >= retry_at => {
+                    events.extend(Self::begin_pull(c, retry_at, stages, images));
+                    true
+                }
+                Step::Create { until } if now >= until => {
+                    c.container_id = Some(format!(
+                        "containerd://{}",
+                        hex_id(&format!("{uid}/{}/{}", c.name, c.restarts))
+                    ));
+                    events.push(ev(
+                        false,
+                        "Created",
+                        format!("Created container: {}", c.name),
+                        c,
+                    ));
+                    c.step = Step::Start {
+                        until: until + stages.start,
+                    };
+                    true
+                }
+                Step::Start { until } if now >= until => {
+                    events.push(ev(
+                        false,
+                        "Started",
+                        format!("Started container {}", c.name),
+                        c,
+                    ));
+                    c.state = ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(Time(wall)),
+                        }),
+                        ..Default::default()
+                    };
+                    c.started = true;
+                    if c.kind == Kind::Sidecar && c.opened_at.is_none() {
+                        c.opened_at = Some(until);
+                    }
+                    // Regular init containers are never ready while they run.
+                    let ready_at = (c.kind != Kind::Init && !c.never_ready)
+                        .then(|| until + c.readiness_delay.unwrap_or(Duration::ZERO));
+                    c.killed = c.liveness_kill.is_some_and(|k| c.run.is_none_or(|r| k < r));
+                    let exit_at = if c.killed { c.liveness_kill } else { c.run }.map(|d| until + d);
+                    c.step = Step::Running { ready_at, exit_at };
+                    true
+                }
+                Step::Running {
+                    ready_at: Some(r),
+                    exit_at,
+                } if now >= r && exit_at.is_none_or(|k| r <= k) => {
+                    c.ready = true;
+                    c.step = Step::Running {
+                        ready_at: None,
+                        exit_at,
+                    };
+                    true
+                }
+                Step::Running {
+                    exit_at: Some(k), ..
+                } if now >= k => {
+                    let code = if c.killed {
+                        events.push(ev(
+                            true,
+                            "Unhealthy",
+                            "Liveness probe failed: HTTP probe failed with statuscode: 500".into(),
+                            c,
+                        ));
+                        events.push(ev(
+                            false,
+                            "Killing",
+                            format!(
+                                "Container {} failed liveness probe, will be restarted",
+                                c.name
+                            ),
+                            c,
+                        ));
+                        137
+                    } else {
+                        c.exit_code
+                    };
+                    let term = terminated(c, code, wall);
+                    c.ready = false;
+                    c.started = false;
+                    if policy.restarts(c.kind, code) {
+                        c.last_state = Some(term);
+                        c.restarts += 1;
+                        c.attempts += 1;
+                        let msg = format!(
+                            "back-off {:?} restarting failed container={} pod=",
+                            backoff(c.attempts),
+                            c.name
+                        );
+                        c.state = waiting("CrashLoopBackOff", Some(msg));
+                        events.push(ev(
+                            true,
+                            "BackOff",
+                            format!("Back-off restarting failed container {} in pod", c.name),
+                            c,
+                        ));
+                        c.step = Step::CrashBackOff {
+                            until: k + backoff(c.attempts),
+                        };
+                    } else {
+                        c.state = term;
+                        // A successful init container opens the way for the next one.
+                        c.ready = c.kind == Kind::Init && code == 0;
+                        if c.ready {
+                            c.opened_at = Some(k);
+                        }
+                        c.step = Step::Exited;
+                    }
+                    true
+                }
+                Step::CrashBackOff { until } if now >= until => {
+                    c.step = Step::Create {
+                        until: until + stages.create,
+                    };
+                    true
+                }
+                Step::Stop { until } if now >= until => {
+                    if c.state.running.is_some() || c.container_id.is_some() {
+                        c.state = terminated(c, 0, wall);
+                    }
+                    c.ready = false;
+                    c.started = false;
+                    c.step = Step::Exited;
+                    true
+                }
+                _ => false,
+            };
+            if !progressed {
+                break;
+            }
+        }
     }
 
     /// Moves every container as far as `now` allows; returns the events and the next deadline.
@@ -234,199 +587,95 @@ impl PodSim {
             self.sandbox_ready = true;
             self.conditions
                 .insert("PodReadyToStartContainers", (true, wall));
-            for c in &mut self.containers {
-                if c.step == Step::WaitSandbox {
-                    events.extend(Self::begin_pull(c, self.sandbox_at, stages, images));
+        }
+        // In spec order: each init container waits for the ones before it (`gate`: when the
+        // last of them let the next start), the app containers for all of them.
+        let policy = Policy {
+            always: self.restart_always,
+            never: self.restart_never,
+            apps_done: self.apps_done(),
+        };
+        let mut gate = (self.sandbox_ready && !self.deleting).then_some(self.sandbox_at);
+        for c in &mut self.containers {
+            if c.step == Step::WaitSandbox {
+                if let Some(at) = gate {
+                    events.extend(Self::begin_pull(c, at, stages, images));
                 }
             }
+            Self::step_container(c, policy, &self.uid, now, wall, stages, images, &mut events);
+            if c.kind != Kind::App {
+                // Gate times only grow: each container opens after the one before it.
+                gate = gate.and(c.opened_at);
+            }
         }
-        let (restart_always, restart_never, uid) =
-            (self.restart_always, self.restart_never, self.uid.clone());
-        for c in &mut self.containers {
-            // Several steps may be due at once (zero delays): loop until one is in the future.
-            for _ in 0..16 {
-                let progressed = match c.step.clone() {
-                    Step::Pull { until } if now >= until => {
-                        if stages.pull_fails(&c.image) {
-                            c.attempts += 1;
-                            let msg = format!("Failed to pull image \"{}\": rpc error: code = NotFound desc = failed to pull and unpack image \"{}\": not found", c.image, c.image);
-                            events.push(ev(true, "Failed", msg.clone(), &c.name));
-                            events.push(ev(true, "Failed", "Error: ErrImagePull".into(), &c.name));
-                            c.state = waiting("ErrImagePull", Some(msg));
-                            c.step = Step::PullFailed {
-                                backoff_at: until + Duration::from_secs(1).min(backoff(c.attempts)),
-                                retry_at: until + backoff(c.attempts),
-                            };
-                        } else {
-                            images.insert(c.image.clone());
-                            let took = until
-                                .duration_since(c.pull_started.unwrap_or(until))
-                                .as_secs_f64();
-                            events.push(ev(false, "Pulled", format!("Successfully pulled image \"{}\" in {took:.3}s ({took:.3}s including waiting). Image size: 72000000 bytes.", c.image), &c.name));
-                            c.step = Step::Create {
-                                until: until + stages.create,
-                            };
-                        }
-                        true
-                    }
-                    Step::PullFailed {
-                        backoff_at,
-                        retry_at,
-                    } if now >= backoff_at
-                        && c.state.waiting.as_ref().and_then(|w| w.reason.as_deref())
-                            == Some("ErrImagePull") =>
-                    {
-                        let msg = format!("Back-off pulling image \"{}\"", c.image);
-                        events.push(ev(false, "BackOff", msg.clone(), &c.name));
-                        events.push(ev(
-                            true,
-                            "Failed",
-                            "Error: ImagePullBackOff".into(),
-                            &c.name,
-                        ));
-                        c.state = waiting("ImagePullBackOff", Some(msg));
-                        let _ = retry_at;
-                        true
-                    }
-                    Step::PullFailed { retry_at, .. } if now >= retry_at => {
-                        events.extend(Self::begin_pull(c, retry_at, stages, images));
-                        true
-                    }
-                    Step::Create { until } if now >= until => {
-                        c.container_id = Some(format!(
-                            "containerd://{}",
-                            hex_id(&format!("{uid}/{}/{}", c.name, c.restarts))
-                        ));
+        // The app containers of a pod that may finish are done: the sidecars stop.
+        if !self.restart_always && !self.deleting && self.apps_done() {
+            let stop = stages.stop;
+            for c in self
+                .containers
+                .iter_mut()
+                .filter(|c| c.kind == Kind::Sidecar)
+            {
+                if !matches!(c.step, Step::Stop { .. } | Step::Exited) {
+                    if c.started {
                         events.push(ev(
                             false,
-                            "Created",
-                            format!("Created container: {}", c.name),
-                            &c.name,
+                            "Killing",
+                            format!("Stopping container {}", c.name),
+                            c,
                         ));
-                        c.step = Step::Start {
-                            until: until + stages.start,
-                        };
-                        true
                     }
-                    Step::Start { until } if now >= until => {
-                        events.push(ev(
-                            false,
-                            "Started",
-                            format!("Started container {}", c.name),
-                            &c.name,
-                        ));
-                        c.state = ContainerState {
-                            running: Some(ContainerStateRunning {
-                                started_at: Some(Time(wall)),
-                            }),
-                            ..Default::default()
-                        };
-                        c.started = true;
-                        let ready_at = Some(until + c.readiness_delay.unwrap_or(Duration::ZERO));
-                        let crash_at = stages.crash_for(&c.image).map(|k| until + k.after);
-                        c.step = Step::Running { ready_at, crash_at };
-                        true
-                    }
-                    Step::Running {
-                        ready_at: Some(r),
-                        crash_at,
-                    } if now >= r && crash_at.is_none_or(|k| r <= k) => {
-                        c.ready = true;
-                        c.step = Step::Running {
-                            ready_at: None,
-                            crash_at,
-                        };
-                        true
-                    }
-                    Step::Running {
-                        crash_at: Some(k), ..
-                    } if now >= k => {
-                        let code = stages.crash_for(&c.image).map(|k| k.exit_code).unwrap_or(1);
-                        let term = terminated(c, code, wall);
-                        c.ready = false;
-                        c.started = false;
-                        let restart = restart_always || (!restart_never && code != 0);
-                        if restart {
-                            c.last_state = Some(term);
-                            c.restarts += 1;
-                            c.attempts += 1;
-                            let msg = format!(
-                                "back-off {:?} restarting failed container={} pod=",
-                                backoff(c.attempts),
-                                c.name
-                            );
-                            c.state = waiting("CrashLoopBackOff", Some(msg));
-                            events.push(ev(
-                                true,
-                                "BackOff",
-                                format!("Back-off restarting failed container {} in pod", c.name),
-                                &c.name,
-                            ));
-                            c.step = Step::CrashBackOff {
-                                until: k + backoff(c.attempts),
-                            };
-                        } else {
-                            c.state = term;
-                            c.step = Step::Exited;
-                        }
-                        true
-                    }
-                    Step::CrashBackOff { until } if now >= until => {
-                        c.step = Step::Create {
-                            until: until + stages.create,
-                        };
-                        true
-                    }
-                    Step::Stop { until } if now >= until => {
-                        if c.state.running.is_some() || c.container_id.is_some() {
+                    c.step = Step::Stop { until: now + stop };
+                }
+            }
+            for c in self
+                .containers
+                .iter_mut()
+                .filter(|c| c.kind == Kind::Sidecar)
+            {
+                if let Step::Stop { until } = c.step {
+                    if now >= until {
+                        if c.container_id.is_some() {
                             c.state = terminated(c, 0, wall);
                         }
                         c.ready = false;
                         c.started = false;
                         c.step = Step::Exited;
-                        true
                     }
-                    _ => false,
-                };
-                if !progressed {
-                    break;
                 }
             }
         }
-        // Pod conditions follow the containers.
-        let all_ready = !self.containers.is_empty() && self.containers.iter().all(|c| c.ready);
-        for t in ["ContainersReady", "Ready"] {
-            if self.conditions.get(t).map(|c| c.0) != Some(all_ready) {
-                self.conditions.insert(t, (all_ready, wall));
-            }
-        }
-        let next = self.containers.iter().filter_map(|c| match &c.step {
-            Step::Pull { until }
-            | Step::Create { until }
-            | Step::Start { until }
-            | Step::CrashBackOff { until }
-            | Step::Stop { until } => Some(*until),
-            Step::PullFailed {
-                backoff_at,
-                retry_at,
-            } => Some(
-                if c.state.waiting.as_ref().and_then(|w| w.reason.as_deref())
-                    == Some("ErrImagePull")
-                {
-                    *backoff_at
-                } else {
-                    *retry_at
-                },
-            ),
-            Step::Running { ready_at, crash_at } => match (ready_at, crash_at) {
-                (Some(r), Some(k)) => Some((*r).min(*k)),
-                (Some(r), None) => Some(*r),
-                (None, k) => *k,
-            },
-            Step::WaitSandbox if !self.sandbox_ready => Some(self.sandbox_at),
-            _ => None,
+        self.update_conditions(wall);
+        let next = self.containers.iter().filter_map(Container::next).min();
+        let sandbox = (!self.sandbox_ready && !self.deleting).then_some(self.sandbox_at);
+        (events, next.into_iter().chain(sandbox).min())
+    }
+
+    fn update_conditions(&mut self, wall: DateTime<Utc>) {
+        let terminal = matches!(self.phase(), "Succeeded" | "Failed");
+        let initialized = self.containers.iter().all(|c| match c.kind {
+            Kind::Init => c.succeeded(),
+            Kind::Sidecar => c.opened_at.is_some(),
+            Kind::App => true,
         });
-        (events, next.min())
+        let ready = !terminal
+            && self.containers.iter().any(|c| c.kind == Kind::App)
+            && self
+                .containers
+                .iter()
+                .filter(|c| c.kind != Kind::Init)
+                .all(|c| c.ready);
+        let mut set = |t: &'static str, v: bool| {
+            if self.conditions.get(t).map(|c| c.0) != Some(v) {
+                self.conditions.insert(t, (v, wall));
+            }
+        };
+        set("Initialized", initialized);
+        set("ContainersReady", ready);
+        set("Ready", ready);
+        if terminal {
+            set("PodReadyToStartContainers", false);
+        }
     }
 
     /// Graceful deletion: every container stops within `grace` (Killing events).
@@ -446,7 +695,7 @@ impl PodSim {
                     false,
                     "Killing",
                     format!("Stopping container {}", c.name),
-                    &c.name,
+                    c,
                 ));
             }
             c.step = Step::Stop { until: now + stop };
@@ -459,52 +708,106 @@ impl PodSim {
         self.containers.iter().all(|c| c.step == Step::Exited)
     }
 
-    pub fn restarts(&self, container: &str) -> i32 {
-        self.containers
-            .iter()
-            .find(|c| c.name == container)
-            .map(|c| c.restarts)
-            .unwrap_or(0)
-    }
-
-    pub fn container_names(&self) -> Vec<(String, String)> {
-        self.containers
-            .iter()
-            .map(|c| (c.name.clone(), c.image.clone()))
-            .collect()
-    }
-
     pub fn start_time(&self) -> DateTime<Utc> {
         self.start_time
     }
 
+    /// What the log endpoint shows of container `name`: the current run (or, while it waits
+    /// to restart, the last one), or with `previous` the run before the last restart.
+    pub fn log_run(&self, name: &str, previous: bool, pod: &str) -> Result<LogRun, String> {
+        let c = self
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| format!("container {name} is not valid for pod {pod}"))?;
+        let run = |s: &ContainerState| -> Option<LogRun> {
+            if let Some(r) = &s.running {
+                return Some(LogRun {
+                    image: c.image.clone(),
+                    start: r.started_at.as_ref()?.0,
+                    end: None,
+                });
+            }
+            let t = s.terminated.as_ref()?;
+            Some(LogRun {
+                image: c.image.clone(),
+                start: t.started_at.as_ref()?.0,
+                end: t.finished_at.as_ref().map(|f| f.0),
+            })
+        };
+        if previous {
+            return c.last_state.as_ref().and_then(run).ok_or_else(|| {
+                format!("previous terminated container \"{name}\" in pod \"{pod}\" not found")
+            });
+        }
+        run(&c.state)
+            .or_else(|| c.last_state.as_ref().and_then(run))
+            .ok_or_else(|| {
+                format!(
+                    "container \"{name}\" in pod \"{pod}\" is waiting to start: {}",
+                    c.waiting_reason().unwrap_or("ContainerCreating")
+                )
+            })
+    }
+
     /// The phase as a kubelet computes it.
     pub fn phase(&self) -> &'static str {
-        let term: Vec<i32> = self
+        if self.init_failed() {
+            return "Failed";
+        }
+        let apps: Vec<&Container> = self
             .containers
+            .iter()
+            .filter(|c| c.kind == Kind::App)
+            .collect();
+        let term: Vec<i32> = apps
             .iter()
             .filter_map(|c| c.state.terminated.as_ref().map(|t| t.exit_code))
             .collect();
-        if !self.containers.is_empty()
-            && term.len() == self.containers.len()
-            && (self.deleting || !self.restart_always)
-        {
+        if !apps.is_empty() && term.len() == apps.len() && (self.deleting || !self.restart_always) {
             return if term.iter().all(|c| *c == 0) {
                 "Succeeded"
             } else {
                 "Failed"
             };
         }
-        if self.containers.iter().any(|c| c.started || c.restarts > 0) {
+        if apps
+            .iter()
+            .any(|c| c.started || c.restarts > 0 || c.state.terminated.is_some())
+        {
             "Running"
         } else {
             "Pending"
         }
     }
 
+    fn container_status(c: &Container) -> ContainerStatus {
+        ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            image_id: if c.container_id.is_some() {
+                format!(
+                    "docker.io/library/{}@sha256:{}",
+                    c.image.split(':').next().unwrap_or(&c.image),
+                    hex_id(&c.image)
+                )
+            } else {
+                String::new()
+            },
+            container_id: c.container_id.clone(),
+            ready: c.ready,
+            started: Some(c.started),
+            restart_count: c.restarts,
+            state: Some(c.state.clone()),
+            last_state: Some(c.last_state.clone().unwrap_or_default()),
+            ..Default::default()
+        }
+    }
+
     /// The pod's status as a kubelet reports it (keeping conditions it does not own).
     pub fn status(&self, pod: &Pod, host_ip: &str) -> PodStatus {
         let ts = |t: DateTime<Utc>| Some(Time(t));
+        let terminal = matches!(self.phase(), "Succeeded" | "Failed");
         let mut conditions: Vec<PodCondition> = pod
             .status
             .as_ref()
@@ -513,20 +816,45 @@ impl PodSim {
             .into_iter()
             .filter(|c| !self.conditions.contains_key(c.type_.as_str()))
             .collect();
+        let names = |pick: &dyn Fn(&Container) -> bool| {
+            let n: Vec<&str> = self
+                .containers
+                .iter()
+                .filter(|c| pick(c))
+                .map(|c| c.name.as_str())
+                .collect();
+            n.join(" ")
+        };
         for (t, (ok, at)) in &self.conditions {
-            let reason = match (*t, ok) {
-                ("ContainersReady" | "Ready", false) => Some("ContainersNotReady".to_string()),
-                _ => None,
+            let (reason, message) = match (*t, ok) {
+                ("ContainersReady" | "Ready", false) if terminal => {
+                    (Some("PodCompleted".to_string()), None)
+                }
+                ("ContainersReady" | "Ready", false) => (
+                    Some("ContainersNotReady".to_string()),
+                    Some(format!(
+                        "containers with unready status: [{}]",
+                        names(&|c| c.kind != Kind::Init && !c.ready)
+                    )),
+                ),
+                ("Initialized", false) => (
+                    Some("ContainersNotInitialized".to_string()),
+                    Some(format!(
+                        "containers with incomplete status: [{}]",
+                        names(&|c| match c.kind {
+                            Kind::Init => !c.succeeded(),
+                            Kind::Sidecar => c.opened_at.is_none(),
+                            Kind::App => false,
+                        })
+                    )),
+                ),
+                ("Initialized", true)
+                    if terminal && self.containers.iter().any(|c| c.kind != Kind::App) =>
+                {
+                    (Some("PodCompleted".to_string()), None)
+                }
+                _ => (None, None),
             };
-            let message = reason.as_ref().map(|_| {
-                let names: Vec<&str> = self
-                    .containers
-                    .iter()
-                    .filter(|c| !c.ready)
-                    .map(|c| c.name.as_str())
-                    .collect();
-                format!("containers with unready status: [{}]", names.join(" "))
-            });
             conditions.push(PodCondition {
                 type_: t.to_string(),
                 status: if *ok { "True" } else { "False" }.into(),
@@ -549,29 +877,17 @@ impl PodSim {
                 .position(|o| *o == c.type_)
                 .unwrap_or(order.len())
         });
-        let statuses = self
+        let statuses: Vec<ContainerStatus> = self
             .containers
             .iter()
-            .map(|c| ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone(),
-                image_id: if c.container_id.is_some() {
-                    format!(
-                        "docker.io/library/{}@sha256:{}",
-                        c.image.split(':').next().unwrap_or(&c.image),
-                        hex_id(&c.image)
-                    )
-                } else {
-                    String::new()
-                },
-                container_id: c.container_id.clone(),
-                ready: c.ready,
-                started: Some(c.started),
-                restart_count: c.restarts,
-                state: Some(c.state.clone()),
-                last_state: Some(c.last_state.clone().unwrap_or_default()),
-                ..Default::default()
-            })
+            .filter(|c| c.kind == Kind::App)
+            .map(Self::container_status)
+            .collect();
+        let inits: Vec<ContainerStatus> = self
+            .containers
+            .iter()
+            .filter(|c| c.kind != Kind::App)
+            .map(Self::container_status)
             .collect();
         PodStatus {
             phase: Some(self.phase().into()),
@@ -587,10 +903,20 @@ impl PodSim {
             start_time: ts(self.start_time),
             // Computed by the apiserver at creation, as upstream.
             qos_class: pod.status.as_ref().and_then(|s| s.qos_class.clone()),
+            init_container_statuses: (!inits.is_empty()).then_some(inits),
             container_statuses: Some(statuses),
             ..Default::default()
         }
     }
+}
+
+/// One run of a container, as the log endpoint shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogRun {
+    pub image: String,
+    pub start: DateTime<Utc>,
+    /// When it exited; `None` while it runs.
+    pub end: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]
@@ -821,5 +1147,253 @@ mod tests {
         );
         assert!(sim.finished());
         assert_eq!(sim.phase(), "Succeeded");
+    }
+
+    fn pod_with(spec: serde_json::Value, annotations: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p", "uid": "u1", "annotations": annotations}, "spec": spec}))
+            .unwrap()
+    }
+
+    fn state_of(st: &PodStatus, init: bool, i: usize) -> ContainerState {
+        let list = if init {
+            st.init_container_statuses.as_ref()
+        } else {
+            st.container_statuses.as_ref()
+        };
+        list.unwrap()[i].state.clone().unwrap()
+    }
+
+    fn condition(st: &PodStatus, t: &str) -> (String, Option<String>) {
+        let c = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap();
+        (c.status.clone(), c.reason.clone())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_that_may_finish_complete_after_the_run_duration() {
+        let stages = Stages::fast();
+        let t0 = Instant::now();
+        let mut images = HashSet::new();
+        let p = pod_with(
+            json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}),
+            json!({}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, Some(t0 + crate::stages::DEFAULT_RUN));
+        assert_eq!(sim.phase(), "Running");
+        let (evs, next) = sim.advance(
+            t0 + crate::stages::DEFAULT_RUN,
+            rkube_client::now(),
+            &stages,
+            &mut images,
+        );
+        assert!(evs.is_empty() && next.is_none(), "{evs:?}");
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Succeeded"));
+        let t = state_of(&st, false, 0).terminated.unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        assert!(t.started_at.is_some() && t.finished_at.is_some());
+        assert_eq!(
+            condition(&st, "Ready"),
+            ("False".into(), Some("PodCompleted".into()))
+        );
+        assert_eq!(condition(&st, "PodReadyToStartContainers").0, "False");
+        let run = sim.log_run("c", false, "p").unwrap();
+        assert!(run.end.is_some(), "logs end where the container ended");
+
+        // An exit code from the annotations: Never fails the pod, OnFailure restarts.
+        let ann = json!({"sim.rkube.io/exit-code": "3", "sim.rkube.io/run-duration": "2s"});
+        let p = pod_with(
+            json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}),
+            ann.clone(),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        sim.advance(
+            t0 + Duration::from_secs(2),
+            rkube_client::now(),
+            &stages,
+            &mut images,
+        );
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        let t = state_of(&st, false, 0).terminated.unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
+        let p = pod_with(
+            json!({"restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "busybox"}]}),
+            ann,
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        let (evs, next) = sim.advance(
+            t0 + Duration::from_secs(2),
+            rkube_client::now(),
+            &stages,
+            &mut images,
+        );
+        assert_eq!(reasons(&evs), ["BackOff"]);
+        assert_eq!(next, Some(t0 + Duration::from_secs(12)));
+        assert_eq!(sim.phase(), "Running");
+        assert!(
+            sim.log_run("c", true, "p").is_ok(),
+            "the previous run's logs"
+        );
+        // Always pods run until deleted, whatever the default run duration.
+        let p = pod_with(
+            json!({"containers": [{"name": "c", "image": "busybox"}]}),
+            json!({}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, None);
+        assert!(sim
+            .log_run("c", true, "p")
+            .unwrap_err()
+            .contains("previous terminated container"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn init_containers_run_in_order_and_sidecars_run_beside_the_app() {
+        let stages = Stages::fast();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut images = HashSet::new();
+        let p = pod_with(
+            json!({"restartPolicy": "Never",
+                "initContainers": [{"name": "a", "image": "busybox"}, {"name": "side", "image": "envoy", "restartPolicy": "Always"},
+                    {"name": "b", "image": "busybox"}],
+                "containers": [{"name": "app", "image": "busybox"}]}),
+            json!({"sim.rkube.io/run-duration.a": "1s", "sim.rkube.io/run-duration.app": "5s"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (evs, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(
+            evs.iter().filter(|e| e.reason == "Started").count(),
+            1,
+            "only the first init container"
+        );
+        assert_eq!(evs[0].field_path.as_deref(), Some("spec.initContainers{a}"));
+        assert_eq!(next, Some(t0 + ms(1000)));
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            condition(&st, "Initialized"),
+            ("False".into(), Some("ContainersNotInitialized".into()))
+        );
+        assert_eq!(
+            state_of(&st, false, 0).waiting.unwrap().reason.as_deref(),
+            Some("PodInitializing")
+        );
+        // a done: the sidecar starts, then b (at once: the sidecar counts as started).
+        let (evs, next) = sim.advance(t0 + ms(1000), rkube_client::now(), &stages, &mut images);
+        let started: Vec<&str> = evs
+            .iter()
+            .filter(|e| e.reason == "Started")
+            .map(|e| e.message.as_str())
+            .collect();
+        assert_eq!(started, ["Started container side", "Started container b"]);
+        assert_eq!(next, Some(t0 + ms(1100)));
+        let st = sim.status(&p, "h");
+        assert!(
+            st.init_container_statuses.as_ref().unwrap()[0].ready,
+            "a succeeded"
+        );
+        // b done: the app starts; the pod is Running and Initialized.
+        sim.advance(t0 + ms(1100), rkube_client::now(), &stages, &mut images);
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(condition(&st, "Initialized").0, "True");
+        assert_eq!(condition(&st, "Ready").0, "True", "app and sidecar ready");
+        assert!(state_of(&st, true, 1).running.is_some());
+        // The app finishes: the sidecar stops, the pod succeeds.
+        let (evs, _) = sim.advance(t0 + ms(6100), rkube_client::now(), &stages, &mut images);
+        assert_eq!(reasons(&evs), ["Killing"]);
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Succeeded"));
+        assert!(state_of(&st, true, 1).terminated.is_some());
+        assert!(sim.finished());
+
+        // A failing init container: Never fails the pod and no app container starts.
+        let p = pod_with(
+            json!({"restartPolicy": "Never", "initContainers": [{"name": "a", "image": "busybox"}],
+                "containers": [{"name": "app", "image": "busybox"}]}),
+            json!({"sim.rkube.io/exit-code.a": "1"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        let (evs, next) = sim.advance(t0 + ms(100), rkube_client::now(), &stages, &mut images);
+        assert!(evs.is_empty() && next.is_none());
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(
+            state_of(&st, false, 0).waiting.unwrap().reason.as_deref(),
+            Some("PodInitializing")
+        );
+        // With Always, it backs off and tries again.
+        let p = pod_with(
+            json!({"initContainers": [{"name": "a", "image": "busybox"}], "containers": [{"name": "app", "image": "busybox"}]}),
+            json!({"sim.rkube.io/exit-code.a": "1"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        let (evs, next) = sim.advance(t0 + ms(100), rkube_client::now(), &stages, &mut images);
+        assert_eq!(reasons(&evs), ["BackOff"]);
+        assert_eq!(next, Some(t0 + ms(10_100)));
+        let st = sim.status(&p, "h");
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            state_of(&st, true, 0).waiting.unwrap().reason.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_liveness_probe_kills_and_restarts_the_container() {
+        let stages = Stages::fast();
+        let t0 = Instant::now();
+        let mut images = HashSet::new();
+        let p = pod_with(
+            json!({"containers": [{"name": "c", "image": "app", "livenessProbe": {"httpGet": {"port": 80}, "periodSeconds": 2, "failureThreshold": 3}}]}),
+            json!({"sim.rkube.io/liveness-fail-after": "4s"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(
+            next,
+            Some(t0 + Duration::from_secs(10)),
+            "4 s, then 3 failures 2 s apart"
+        );
+        let (evs, _) = sim.advance(
+            t0 + Duration::from_secs(10),
+            rkube_client::now(),
+            &stages,
+            &mut images,
+        );
+        assert_eq!(reasons(&evs), ["Unhealthy", "Killing", "BackOff"]);
+        let st = sim.status(&p, "h");
+        let cs = &st.container_statuses.unwrap()[0];
+        assert_eq!(cs.restart_count, 1);
+        let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref()),
+            (137, Some("Error"))
+        );
+        assert!(sim.log_run("c", true, "p").is_ok(), "the killed run's logs");
+        // Without a probe the annotation does nothing.
+        let p = pod_with(
+            json!({"containers": [{"name": "c", "image": "app"}]}),
+            json!({"sim.rkube.io/liveness-fail-after": "4s"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        assert_eq!(
+            sim.advance(t0, rkube_client::now(), &stages, &mut images).1,
+            None
+        );
     }
 }

@@ -19,6 +19,9 @@ pub struct Crash {
     pub exit_code: i32,
 }
 
+/// The `fast` profile's run duration of containers that finish.
+pub const DEFAULT_RUN: Duration = Duration::from_millis(100);
+
 fn one() -> i32 {
     1
 }
@@ -44,6 +47,10 @@ pub struct Stages {
     /// Stopping a container on deletion (capped by the grace period).
     #[serde(with = "dur")]
     pub stop: Duration,
+    /// How long init containers, and the containers of pods with `restartPolicy: Never` or
+    /// `OnFailure`, run before exiting (`--default-run-duration`; annotations override it).
+    #[serde(with = "dur")]
+    pub run: Duration,
     /// Images whose pull fails (ErrImagePull, then ImagePullBackOff).
     pub fail_images: Vec<String>,
     pub crash: Vec<Crash>,
@@ -65,6 +72,7 @@ impl Stages {
             create: Duration::ZERO,
             start: Duration::ZERO,
             stop: Duration::ZERO,
+            run: DEFAULT_RUN,
             fail_images: Vec::new(),
             crash: Vec::new(),
         }
@@ -78,6 +86,7 @@ impl Stages {
             create: Duration::from_millis(100),
             start: Duration::from_millis(200),
             stop: Duration::from_millis(500),
+            run: Duration::from_secs(1),
             ..Stages::fast()
         }
     }

@@ -127,28 +127,16 @@ impl Strategy for Pod {
     }
 
     fn cells(&self, obj: &Value, now: i64) -> Vec<Value> {
-        let total = obj
-            .pointer("/spec/containers")
-            .and_then(|c| c.as_array())
-            .map(|a| a.len())
-            .unwrap_or(0);
-        let statuses = obj
-            .pointer("/status/containerStatuses")
-            .and_then(|c| c.as_array())
-            .cloned()
-            .unwrap_or_default();
-        let ready = statuses
-            .iter()
-            .filter(|c| c.get("ready").and_then(|r| r.as_bool()).unwrap_or(false))
-            .count();
-        let restarts: i64 = statuses
-            .iter()
-            .map(|c| c.get("restartCount").and_then(|r| r.as_i64()).unwrap_or(0))
-            .fold(0i64, i64::saturating_add);
+        let Summary {
+            ready,
+            total,
+            status,
+            restarts,
+        } = summary(obj);
         vec![
             json!(meta::name(obj)),
             json!(format!("{ready}/{total}")),
-            json!(status_column(obj)),
+            json!(status),
             json!(restarts.to_string()),
             json!(print::age(obj, now)),
             json!(or_none(s(obj, "/status/podIP"))),
@@ -237,54 +225,159 @@ pub fn compute_usage(pod: &Value, name: &str) -> Option<Result<i64, String>> {
     Some(total)
 }
 
-/// The STATUS column kubectl shows for a pod (`printPod`).
-pub fn status_column(pod: &Value) -> String {
+/// The READY, STATUS and RESTARTS columns of a pod, as upstream's `printPod`.
+pub struct Summary {
+    pub ready: usize,
+    pub total: usize,
+    pub status: String,
+    pub restarts: i64,
+}
+
+fn list<'a>(v: &'a Value, path: &str) -> &'a [Value] {
+    v.pointer(path)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// Upstream's `printPod`: init containers first (`Init:1/3`, `Init:CrashLoopBackOff`), then
+/// the app containers from the last; restartable init containers (sidecars) count as
+/// containers.
+pub fn summary(pod: &Value) -> Summary {
+    let b = |c: &Value, k: &str| c.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let count = |c: &Value| c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
     let mut reason = s(pod, "/status/reason");
     if reason.is_empty() {
         reason = s(pod, "/status/phase");
     }
-    let statuses = pod
-        .pointer("/status/containerStatuses")
-        .and_then(|c| c.as_array())
-        .cloned()
-        .unwrap_or_default();
-    let mut has_running = false;
-    for c in statuses.iter().rev() {
-        if let Some(w) = c
+    let gated = list(pod, "/status/conditions").iter().any(|c| {
+        c.get("type").and_then(Value::as_str) == Some("PodScheduled")
+            && c.get("reason").and_then(Value::as_str) == Some("SchedulingGated")
+    });
+    if gated {
+        reason = "SchedulingGated".into();
+    }
+    let init_specs = list(pod, "/spec/initContainers");
+    let sidecar = |name: &str| {
+        init_specs.iter().any(|c| {
+            c.get("name").and_then(Value::as_str) == Some(name)
+                && c.get("restartPolicy").and_then(Value::as_str) == Some("Always")
+        })
+    };
+    let mut total = list(pod, "/spec/containers").len()
+        + init_specs
+            .iter()
+            .filter(|c| c.get("restartPolicy").and_then(Value::as_str) == Some("Always"))
+            .count();
+    let mut ready = 0usize;
+    let mut restarts = 0i64;
+    let mut sidecar_restarts = 0i64;
+    let mut initializing = false;
+    for (i, c) in list(pod, "/status/initContainerStatuses")
+        .iter()
+        .enumerate()
+    {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+        restarts = restarts.saturating_add(count(c));
+        if sidecar(name) {
+            sidecar_restarts = sidecar_restarts.saturating_add(count(c));
+        }
+        let term = c.pointer("/state/terminated");
+        let waiting = c
             .pointer("/state/waiting/reason")
-            .and_then(|r| r.as_str())
-            .filter(|r| !r.is_empty())
-        {
-            reason = w.to_string();
-        } else if let Some(t) = c.pointer("/state/terminated") {
-            let r = t.get("reason").and_then(|r| r.as_str()).unwrap_or("");
-            reason = if !r.is_empty() {
-                r.to_string()
-            } else if let Some(sig) = t.get("signal").and_then(|x| x.as_i64()).filter(|x| *x != 0) {
-                format!("Signal:{sig}")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if term.and_then(|t| t.get("exitCode")).and_then(Value::as_i64) == Some(0) {
+            continue;
+        }
+        if sidecar(name) && b(c, "started") {
+            if b(c, "ready") {
+                ready += 1;
+            }
+            continue;
+        }
+        reason = if let Some(t) = term {
+            let r = t.get("reason").and_then(Value::as_str).unwrap_or("");
+            if !r.is_empty() {
+                format!("Init:{r}")
+            } else if let Some(sig) = t.get("signal").and_then(Value::as_i64).filter(|x| *x != 0) {
+                format!("Init:Signal:{sig}")
             } else {
                 format!(
-                    "ExitCode:{}",
-                    t.get("exitCode").and_then(|x| x.as_i64()).unwrap_or(0)
+                    "Init:ExitCode:{}",
+                    t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
                 )
-            };
-        } else if c.get("ready").and_then(|r| r.as_bool()).unwrap_or(false)
-            && c.pointer("/state/running").is_some()
-        {
-            has_running = true;
+            }
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            format!("Init:{waiting}")
+        } else {
+            format!("Init:{i}/{}", init_specs.len())
+        };
+        initializing = true;
+        break;
+    }
+    let initialized = list(pod, "/status/conditions").iter().any(|c| {
+        c.get("type").and_then(Value::as_str) == Some("Initialized")
+            && c.get("status").and_then(Value::as_str) == Some("True")
+    });
+    if !initializing || initialized {
+        restarts = sidecar_restarts;
+        let mut has_running = false;
+        for c in list(pod, "/status/containerStatuses").iter().rev() {
+            restarts = restarts.saturating_add(count(c));
+            if let Some(w) = c
+                .pointer("/state/waiting/reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+            {
+                reason = w.to_string();
+            } else if let Some(t) = c.pointer("/state/terminated") {
+                let r = t.get("reason").and_then(Value::as_str).unwrap_or("");
+                reason = if !r.is_empty() {
+                    r.to_string()
+                } else if let Some(sig) =
+                    t.get("signal").and_then(Value::as_i64).filter(|x| *x != 0)
+                {
+                    format!("Signal:{sig}")
+                } else {
+                    format!(
+                        "ExitCode:{}",
+                        t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+                    )
+                };
+            } else if b(c, "ready") && c.pointer("/state/running").is_some() {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            let pod_ready = list(pod, "/status/conditions").iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Ready")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            });
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
         }
     }
-    if reason == "Completed" && has_running {
-        reason = "Running".into();
-    }
+    let terminal = matches!(s(pod, "/status/phase").as_str(), "Succeeded" | "Failed");
     if meta::deletion_timestamp(pod).is_some() {
-        reason = if s(pod, "/status/reason") == "NodeLost" {
-            "Unknown".into()
-        } else {
-            "Terminating".into()
-        };
+        if s(pod, "/status/reason") == "NodeLost" {
+            reason = "Unknown".into();
+        } else if !terminal {
+            reason = "Terminating".into();
+        }
     }
-    reason
+    total = total.max(ready);
+    Summary {
+        ready,
+        total,
+        status: reason,
+        restarts,
+    }
+}
+
+/// The STATUS column kubectl shows for a pod.
+pub fn status_column(pod: &Value) -> String {
+    summary(pod).status
 }
 
 /// `POST pods/{name}/binding`: checks a Binding against the pod and returns the pod bound to
@@ -434,6 +527,38 @@ mod tests {
         let mut done = pod.clone();
         done["status"]["containerStatuses"][0] = json!({"name": "nginx", "ready": false, "state": {"terminated": {"reason": "Completed", "exitCode": 0}}});
         assert_eq!(status_column(&done), "Completed");
+        // Init containers: progress, then their failure; a started sidecar counts as a container.
+        let staged = json!({"spec": {"initContainers": [{"name": "a"}, {"name": "side", "restartPolicy": "Always"}],
+                "containers": [{"name": "app"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"name": "a", "restartCount": 0, "state": {"running": {}}},
+                {"name": "side", "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}],
+                "containerStatuses": [{"name": "app", "ready": false, "state": {"waiting": {"reason": "PodInitializing"}}}]}});
+        let sum = summary(&staged);
+        assert_eq!(
+            (sum.ready, sum.total, sum.status.as_str()),
+            (0, 2, "Init:0/2")
+        );
+        let mut looping = staged.clone();
+        looping["status"]["initContainerStatuses"][0] = json!({"name": "a", "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
+        let sum = summary(&looping);
+        assert_eq!(
+            (sum.status.as_str(), sum.restarts),
+            ("Init:CrashLoopBackOff", 3)
+        );
+        let mut running = staged.clone();
+        running["status"]["conditions"] = json!([{"type": "Initialized", "status": "True"}]);
+        running["status"]["initContainerStatuses"] = json!([
+            {"name": "a", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+            {"name": "side", "restartCount": 1, "started": true, "ready": true, "state": {"running": {}}}]);
+        running["status"]["containerStatuses"] =
+            json!([{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]);
+        running["status"]["phase"] = json!("Running");
+        let sum = summary(&running);
+        assert_eq!(
+            (sum.ready, sum.total, sum.status.as_str(), sum.restarts),
+            (2, 2, "Running", 1)
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! 1-replica Deployment create → pod Running seen through a watch (p50/p99 over N runs), a
 //! 100-replica Deployment, and 10,000 replicas on 1,000 simulated nodes (time to all Running,
 //! pods/s over time, peak RSS and CPU per component); with client limits off and upstream-like
-//! (controller-manager 20 qps/30 burst, scheduler 50/100); on rkube-store and on etcd 3.4.
+//! (controller-manager 20 qps/30 burst, scheduler 50/100); on rkube-store and on etcd 3.4;
+//! and a Job of 1,000 completions, 100 at a time, to its Complete condition.
 //! Writes `docs/benchmarks.md`.
 
 use std::collections::HashMap;
@@ -34,6 +35,13 @@ struct Flags {
     /// Run only the bookmark scenario.
     #[arg(long)]
     bookmarks_only: bool,
+    /// Run only the workloads scenario (a Job of many completions).
+    #[arg(long)]
+    workloads_only: bool,
+    #[arg(long, default_value_t = 1_000)]
+    job_completions: usize,
+    #[arg(long, default_value_t = 100)]
+    job_parallelism: usize,
     /// How long the bookmark scenario churns.
     #[arg(long, default_value_t = 60)]
     churn_secs: u64,
@@ -519,11 +527,67 @@ async fn bookmark_section(f: &Flags) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Seconds from POSTing a Job of `completions` (at most `parallelism` at once, each pod
+/// running the agent's default 100 ms) to its Complete condition, seen by polling the Job.
+async fn job_run(c: &Cluster, completions: usize, parallelism: usize) -> anyhow::Result<f64> {
+    let http = reqwest::Client::new();
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "many"},
+        "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "work", "image": "busybox"}]}}}});
+    let url = format!("{}/apis/batch/v1/namespaces/default/jobs", c.base);
+    let t0 = Instant::now();
+    let r = http.post(&url).json(&job).send().await?;
+    anyhow::ensure!(r.status().is_success(), "create job: {}", r.status());
+    loop {
+        let j: Value = http.get(format!("{url}/many")).send().await?.json().await?;
+        let conds = j.pointer("/status/conditions").and_then(Value::as_array);
+        let has = |t: &str| {
+            conds.is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
+        };
+        anyhow::ensure!(!has("Failed"), "the job failed: {}", j["status"]);
+        if has("Complete") {
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(300),
+            "job not complete after 5 min: {}",
+            j["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn workloads_section(f: &Flags) -> anyhow::Result<()> {
+    println!(
+        "== workloads: a Job of {} completions, parallelism {}",
+        f.job_completions, f.job_parallelism
+    );
+    let c = Cluster::start(f, false, false, 10).await?;
+    let secs = job_run(&c, f.job_completions, f.job_parallelism).await?;
+    let rate = f.job_completions as f64 / secs;
+    println!("  Complete in {secs:.2} s ({rate:.0} pods/s)");
+    let body = format!(
+        "## Workloads that finish (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on rkube-store (limits off, 10 simulated nodes, `fast` stages: each Job pod runs the default 100 ms and exits 0). \
+         A Job of {} completions with parallelism {} is POSTed; the time runs until its `Complete` condition (every pod counted through the tracking finalizer).\n\n\
+         | Job | time to Complete | pods/s |\n|---|---|---|\n| {} completions, parallelism {} | {secs:.2} s | {rate:.0} |\n\n\
+         Target: ≤ 5 s. KWOK's documented pace is about 20 pods/s (50 s for the same Job).\n",
+        machine(), git_commit(), utc_now(), f.job_completions, f.job_parallelism, f.job_completions, f.job_parallelism
+    );
+    write_section(&f.out, "e2e-workloads", &body)?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let f = Flags::parse();
     if f.bookmarks_only {
         bookmark_section(&f).await?;
+        println!("wrote {}", f.out.display());
+        return Ok(());
+    }
+    if f.workloads_only {
+        workloads_section(&f).await?;
         println!("wrote {}", f.out.display());
         return Ok(());
     }
@@ -606,6 +670,7 @@ async fn main() -> anyhow::Result<()> {
         machine(), git_commit(), utc_now(), f.big_replicas, f.big_nodes
     );
     write_section(&f.out, "e2e-bench", &body)?;
+    workloads_section(&f).await?;
     bookmark_section(&f).await?;
     println!("wrote {}", f.out.display());
     Ok(())

@@ -43,6 +43,12 @@ impl Cm {
         self.stop.cancel();
     }
 
+    /// A clean stop, returning once the controller-manager's run has returned.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        let _ = (&mut self.task).await;
+    }
+
     /// A crash: the leader-election loop vanishes without releasing anything, then the
     /// controllers stop.
     pub fn cancel_without_release(&self) {

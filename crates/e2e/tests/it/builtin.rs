@@ -56,7 +56,7 @@ fn rows(text: &str) -> BTreeMap<(String, String), Vec<String>> {
         .collect()
 }
 
-fn kubectl(c: &Cluster) -> Kubectl<'_> {
+pub(crate) fn kubectl(c: &Cluster) -> Kubectl<'_> {
     Kubectl {
         c,
         bin: kubectl_beside("1.33").unwrap_or_else(|| "kubectl".into()),
@@ -64,7 +64,7 @@ fn kubectl(c: &Cluster) -> Kubectl<'_> {
 }
 
 /// Waits until `f` returns true, up to 90 s.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(90);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

@@ -6,3 +6,4 @@ mod flows;
 mod hostile;
 mod kubectl;
 mod resilience;
+mod workloads;

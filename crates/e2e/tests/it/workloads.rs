@@ -1,0 +1,337 @@
+//! Workloads that finish, through stock kubectl on the real binaries: pods that run to
+//! completion (and fail, by annotation), init and sidecar containers, Jobs (NonIndexed with
+//! completions and parallelism, Indexed, failing past their backoff limit, deleted after their
+//! TTL) — what Helm hooks and migrations need.
+
+use rkube_e2e::{Cluster, Opts};
+
+use crate::builtin::{eventually, kubectl};
+use crate::kubectl::{contains, manifest};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_and_jobs_run_to_completion() {
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+
+    // A pod that may finish does: Succeeded, its container Completed, its logs readable.
+    k.ok(&[
+        "run",
+        "tmp",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sleep",
+        "1",
+    ]);
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "pod/tmp",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "tmp"],
+            "{.status.containerStatuses[0].state.terminated.reason}"
+        ),
+        "Completed"
+    );
+    contains(&k.ok(&["get", "pod", "tmp"]), "Completed");
+    contains(&k.ok(&["logs", "tmp"]), "tmp started (busybox)");
+    // An exit code by annotation: Failed, Error.
+    k.ok(&[
+        "run",
+        "boom",
+        "--image=busybox",
+        "--restart=Never",
+        "--annotations=sim.rkube.io/exit-code=2",
+    ]);
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Failed",
+        "pod/boom",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "boom"],
+            "{.status.containerStatuses[0].state.terminated.exitCode}"
+        ),
+        "2"
+    );
+
+    // A liveness probe that starts failing: killed, restarted; the killed run's logs remain.
+    let path = manifest(
+        &c,
+        "live.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: flaky
+  annotations: {sim.rkube.io/liveness-fail-after: 1s}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    livenessProbe: {httpGet: {port: 80}, periodSeconds: 1, failureThreshold: 1}
+"#,
+    );
+    k.ok(&["apply", "-f", &path]);
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.containerStatuses[0].restartCount}=1",
+        "pod/flaky",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "flaky"],
+            "{.status.containerStatuses[0].lastState.terminated.exitCode}"
+        ),
+        "137"
+    );
+    contains(
+        &k.ok(&["logs", "flaky", "--previous"]),
+        "app started (busybox)",
+    );
+    contains(
+        &k.ok(&["describe", "pod", "flaky"]),
+        "failed liveness probe, will be restarted",
+    );
+
+    // Init containers in order, a sidecar beside the app: Running with both ready.
+    let path = manifest(
+        &c,
+        "init.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: staged
+  annotations: {sim.rkube.io/run-duration.migrate: 300ms}
+spec:
+  initContainers:
+  - {name: migrate, image: busybox}
+  - {name: proxy, image: envoy, restartPolicy: Always}
+  containers:
+  - {name: app, image: nginx}
+"#,
+    );
+    k.ok(&["apply", "-f", &path]);
+    k.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/staged",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "staged"],
+            "{.status.initContainerStatuses[0].state.terminated.reason}"
+        ),
+        "Completed"
+    );
+    assert!(!k
+        .jsonpath(
+            &["pod", "staged"],
+            "{.status.initContainerStatuses[1].state.running.startedAt}"
+        )
+        .is_empty());
+    contains(&k.ok(&["get", "pod", "staged"]), "2/2");
+
+    // A Job of 5 completions, 2 at a time: Complete, every pod released from the finalizer.
+    let path = manifest(
+        &c,
+        "jobs.yaml",
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {name: batch}
+spec:
+  completions: 5
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: indexed}
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: doomed}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations: {sim.rkube.io/exit-code: "1"}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: shortlived}
+spec:
+  ttlSecondsAfterFinished: 0
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers: [{name: work, image: busybox}]
+"#,
+    );
+    k.ok(&["apply", "-f", &path]);
+    k.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/batch",
+        "job/indexed",
+        "--timeout=60s",
+    ]);
+    assert_eq!(k.jsonpath(&["job", "batch"], "{.status.succeeded}"), "5");
+    assert_eq!(
+        k.jsonpath(&["job", "indexed"], "{.status.completedIndexes}"),
+        "0-2"
+    );
+    let finalizers = k.jsonpath(
+        &["pods", "-l", "job-name=batch"],
+        "{.items[*].metadata.finalizers}",
+    );
+    assert!(finalizers.trim().is_empty(), "{finalizers}");
+    let hostnames = k.jsonpath(
+        &["pods", "-l", "job-name=indexed"],
+        "{.items[*].spec.hostname}",
+    );
+    let mut hostnames: Vec<&str> = hostnames.split_whitespace().collect();
+    hostnames.sort();
+    assert_eq!(hostnames, ["indexed-0", "indexed-1", "indexed-2"]);
+    contains(&k.ok(&["get", "job", "batch"]), "Complete");
+    contains(&k.ok(&["get", "job", "batch"]), "5/5");
+
+    k.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/doomed",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["job", "doomed"],
+            "{.status.conditions[?(@.type==\"Failed\")].reason}"
+        ),
+        "BackoffLimitExceeded"
+    );
+    assert_eq!(k.jsonpath(&["job", "doomed"], "{.status.failed}"), "1");
+    contains(
+        &k.ok(&["describe", "job", "doomed"]),
+        "BackoffLimitExceeded",
+    );
+
+    // A CronJob every second: its Jobs run and complete, history is trimmed to one.
+    let path = manifest(
+        &c,
+        "cron.yaml",
+        r#"apiVersion: batch/v1
+kind: CronJob
+metadata: {name: ticker}
+spec:
+  schedule: "@every 1s"
+  concurrencyPolicy: Forbid
+  successfulJobsHistoryLimit: 1
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: tick, image: busybox}]
+"#,
+    );
+    k.ok(&["apply", "-f", &path]);
+    eventually("a successful tick", || {
+        !k.jsonpath(&["cronjob", "ticker"], "{.status.lastSuccessfulTime}")
+            .trim()
+            .is_empty()
+    });
+    k.ok(&[
+        "patch",
+        "cronjob",
+        "ticker",
+        "-p",
+        r#"{"spec":{"suspend":true}}"#,
+    ]);
+    eventually("history trimmed to one finished job", || {
+        let names = k.jsonpath(
+            &["jobs", "-l", "app!=none"],
+            "{.items[*].metadata.ownerReferences[0].name}",
+        );
+        names.split_whitespace().filter(|n| *n == "ticker").count() == 1
+    });
+    k.ok(&["create", "job", "by-hand", "--from=cronjob/ticker"]);
+    k.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/by-hand",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["job", "by-hand"],
+            "{.metadata.annotations.cronjob\\.kubernetes\\.io/instantiate}"
+        ),
+        "manual"
+    );
+
+    // A Job deleted while its pods run: they stop and go (the finalizer is released).
+    let path = manifest(
+        &c,
+        "endless.yaml",
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {name: endless}
+spec:
+  template:
+    metadata:
+      annotations: {sim.rkube.io/run-duration: forever}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox}]
+"#,
+    );
+    k.ok(&["apply", "-f", &path]);
+    eventually("the endless job's pod running", || {
+        k.jsonpath(
+            &["pods", "-l", "job-name=endless"],
+            "{.items[*].status.phase}",
+        ) == "Running"
+    });
+    k.ok(&["delete", "job", "endless"]);
+    eventually("the deleted job's pods gone", || {
+        k.jsonpath(
+            &["pods", "-l", "job-name=endless"],
+            "{.items[*].metadata.name}",
+        )
+        .trim()
+        .is_empty()
+    });
+
+    // Finished with a TTL of 0: deleted, and its pods with it.
+    eventually("the expired job deleted", || {
+        !k.run(&["get", "job", "shortlived"]).status.success()
+    });
+    eventually("its pods collected", || {
+        k.jsonpath(
+            &["pods", "-l", "job-name=shortlived"],
+            "{.items[*].metadata.name}",
+        )
+        .trim()
+        .is_empty()
+    });
+}
