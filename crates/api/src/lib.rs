@@ -17,6 +17,7 @@ pub mod fuzz;
 pub mod kubeconfig;
 pub mod managed;
 pub mod meta;
+pub mod nodeaffinity;
 pub mod options;
 pub mod patch;
 pub mod proto;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -32,6 +32,7 @@ pub struct Ctx {
     pub replicasets: Arc<Store<ReplicaSet>>,
     pub deployments: Arc<Store<Deployment>>,
     pub jobs: Arc<Store<Job>>,
+    pub daemonsets: Arc<Store<DaemonSet>>,
     pub cronjobs: Arc<Store<CronJob>>,
     pub nodes: Arc<Store<Node>>,
     /// Node heartbeats: Leases in `kube-node-lease`.
@@ -131,6 +132,8 @@ impl Ctx {
         starts.push(s);
         let (cronjobs, s) = informer(Api::<CronJob>::all(&client), &metrics);
         starts.push(s);
+        let (daemonsets, s) = informer(Api::<DaemonSet>::all(&client), &metrics);
+        starts.push(s);
         let (nodes, s) = informer(Api::<Node>::all(&client), &metrics);
         starts.push(s);
         let (node_leases, s) = informer(
@@ -173,6 +176,7 @@ impl Ctx {
             deployments,
             jobs,
             cronjobs,
+            daemonsets,
             nodes,
             node_leases,
             namespaces,
@@ -203,6 +207,7 @@ impl Ctx {
         self.deployments.wait_synced().await;
         self.jobs.wait_synced().await;
         self.cronjobs.wait_synced().await;
+        self.daemonsets.wait_synced().await;
         self.nodes.wait_synced().await;
         self.node_leases.wait_synced().await;
         self.namespaces.wait_synced().await;

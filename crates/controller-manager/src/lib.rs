@@ -1,10 +1,11 @@
-//! rkube-controller-manager: the workload (Deployment, ReplicaSet, Job, CronJob, TTL-after-finished), garbage-collector, pod-garbage-collector, node-lifecycle, namespace,
+//! rkube-controller-manager: the workload (Deployment, ReplicaSet, DaemonSet, Job, CronJob, TTL-after-finished), garbage-collector, pod-garbage-collector, node-lifecycle, namespace,
 //! Endpoints, EndpointSlice (and mirroring), ServiceAccount, root-CA, volume, disruption and
 //! CSR-signing controllers over shared informers, optionally behind a leader-election Lease.
 
 pub mod context;
 pub mod cronjob;
 pub mod csrsigning;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
@@ -16,6 +17,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod objects;
+pub mod podcontrol;
 pub mod podgc;
 pub mod replicaset;
 pub mod rootca;
@@ -34,9 +36,10 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 18] = [
+pub const CONTROLLERS: [&str; 19] = [
     "deployment",
     "replicaset",
+    "daemonset",
     "job",
     "cronjob",
     "ttl-after-finished",
@@ -182,6 +185,9 @@ async fn run_controllers(
     let jobs = config
         .enabled("job")
         .then(|| job::JobController::new(ctx.clone(), config.job_backoff));
+    let daemonsets = config
+        .enabled("daemonset")
+        .then(|| daemonset::DaemonSetController::new(ctx.clone()));
     let cronjobs = config
         .enabled("cronjob")
         .then(|| cronjob::CronJobController::new(ctx.clone(), config.clock.clone()));
@@ -259,6 +265,9 @@ async fn run_controllers(
     }
     if let Some(c) = &jobs {
         c.start(config.job_workers, shutdown.clone());
+    }
+    if let Some(c) = &daemonsets {
+        c.start(2, shutdown.clone());
     }
     if let Some(c) = &cronjobs {
         c.start(2, shutdown.clone());

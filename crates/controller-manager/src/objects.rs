@@ -67,3 +67,20 @@ pub fn record(
         }
     }
 }
+
+/// The controller reference a controller puts on what it creates (`controller` and
+/// `blockOwnerDeletion` set, as upstream's `NewControllerRef`).
+pub fn controller_of(
+    api_version: &str,
+    kind: &str,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> OwnerReference {
+    OwnerReference {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: owner.name.clone().unwrap_or_default(),
+        uid: owner.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}

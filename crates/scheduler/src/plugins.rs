@@ -4,9 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+pub use rkube_api::nodeaffinity::term_matches;
 use rkube_api::taints::tolerated;
 
 use crate::cache::{controller_uid, host_ports, NodeInfo};
@@ -43,45 +42,6 @@ fn tolerations(p: &Pod) -> &[Toleration] {
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())
         .unwrap_or(&[])
-}
-
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or(&[]);
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
-/// A node selector term: all expressions on labels and fields hold (an empty term matches nothing).
-pub fn term_matches(t: &NodeSelectorTerm, labels: &BTreeMap<String, String>, name: &str) -> bool {
-    let exprs = t.match_expressions.as_deref().unwrap_or(&[]);
-    let fields = t.match_fields.as_deref().unwrap_or(&[]);
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields
-            .iter()
-            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(name)))
 }
 
 /// Every filter in upstream's order (NodeUnschedulable, NodeName, readiness, TaintToleration,
@@ -134,25 +94,8 @@ pub fn filter(p: &Pod, info: &NodeInfo, req: &Resources) -> Result<(), Vec<Reaso
         return Err(vec![taint_reason(t)]);
     }
     // NodeSelector and required NodeAffinity.
-    let l = labels(info);
-    if let Some(sel) = spec.and_then(|s| s.node_selector.as_ref()) {
-        if !sel.iter().all(|(k, v)| l.get(k) == Some(v)) {
-            return Err(vec![R_AFFINITY]);
-        }
-    }
-    let required = spec
-        .and_then(|s| s.affinity.as_ref())
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-    if let Some(r) = required {
-        if !r
-            .node_selector_terms
-            .iter()
-            .any(|t| term_matches(t, l, name))
-        {
+    if let Some(spec) = spec {
+        if !rkube_api::nodeaffinity::required_matches(spec, labels(info), name) {
             return Err(vec![R_AFFINITY]);
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::chrono::{DateTime, Offset, TimeZone, Utc};
 use rkube_api::cron::Schedule;
 
@@ -89,14 +89,11 @@ pub fn job_for(cj: &CronJob, scheduled: DateTime<Utc>, offset: i64) -> Job {
             namespace: cj.metadata.namespace.clone(),
             labels: tm.labels,
             annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "batch/v1".into(),
-                kind: "CronJob".into(),
-                name,
-                uid: cj.metadata.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![crate::objects::controller_of(
+                "batch/v1",
+                "CronJob",
+                &cj.metadata,
+            )]),
             ..Default::default()
         },
         spec: Some(template.spec.unwrap_or_default()),

@@ -13,16 +13,17 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
-use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
+use rkube_client::{Api, Error, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 use crate::expectations::Expectations;
 use crate::objects::controller_ref;
+use crate::podcontrol;
 use crate::worker::Reconciled;
 use logic::{INDEX_KEY, TRACKING_FINALIZER};
 
@@ -227,11 +228,22 @@ impl JobController {
         if !needs_sync {
             return Ok(plan.requeue);
         }
+        let owner = podcontrol::Owner {
+            key,
+            regarding: object_ref(&*job),
+            recorder: &self.recorder,
+            expectations: &self.expectations,
+        };
         if !plan.delete.is_empty() {
-            self.delete_pods(key, &job, &pods_api, &plan.delete).await?;
+            podcontrol::delete(&owner, &pods_api, &plan.delete).await?;
         }
         if !plan.create.is_empty() {
-            self.create_pods(key, &job, &pods_api, &plan.create).await?;
+            let pods: Vec<Pod> = plan
+                .create
+                .iter()
+                .map(|i| Self::pod_for(&job, *i))
+                .collect();
+            podcontrol::create(&owner, &pods_api, &pods).await?;
         }
         Ok(plan.requeue)
     }
@@ -317,97 +329,15 @@ impl JobController {
                 labels: Some(labels),
                 annotations: (!annotations.is_empty()).then_some(annotations),
                 finalizers: Some(finalizers),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "batch/v1".into(),
-                    kind: "Job".into(),
-                    name,
-                    uid: job.metadata.uid.clone().unwrap_or_default(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]),
+                owner_references: Some(vec![crate::objects::controller_of(
+                    "batch/v1",
+                    "Job",
+                    &job.metadata,
+                )]),
                 ..Default::default()
             },
             spec: Some(spec),
             status: None,
         }
-    }
-
-    async fn create_pods(
-        &self,
-        key: &str,
-        job: &Job,
-        api: &Api<Pod>,
-        indexes: &[Option<i32>],
-    ) -> Result<(), Error> {
-        self.expectations.expect_creations(key, indexes.len());
-        let mut failure = None;
-        let mut left = indexes;
-        // Slow start, as the ReplicaSet controller: 1, 2, 4 … while creations succeed.
-        for batch in crate::replicaset::logic::slow_start_batches(indexes.len()) {
-            let (now, rest) = left.split_at(batch.min(left.len()));
-            left = rest;
-            let pods: Vec<Pod> = now.iter().map(|i| Self::pod_for(job, *i)).collect();
-            let results = join_all(pods.iter().map(|p| api.create(p))).await;
-            for r in results {
-                match r {
-                    Ok(p) => self.recorder.normal(
-                        object_ref(job),
-                        "SuccessfulCreate",
-                        format!("Created pod: {}", p.metadata.name.unwrap_or_default()),
-                    ),
-                    Err(e) => {
-                        self.expectations.creation_observed(key);
-                        self.recorder.warning(
-                            object_ref(job),
-                            "FailedCreate",
-                            format!("Error creating: {e}"),
-                        );
-                        failure = Some(e);
-                    }
-                }
-            }
-            if failure.is_some() {
-                for _ in 0..left.len() {
-                    self.expectations.creation_observed(key);
-                }
-                break;
-            }
-        }
-        failure.map_or(Ok(()), Err)
-    }
-
-    async fn delete_pods(
-        &self,
-        key: &str,
-        job: &Job,
-        api: &Api<Pod>,
-        pods: &[Arc<Pod>],
-    ) -> Result<(), Error> {
-        self.expectations
-            .expect_deletions(key, pods.iter().map(|p| key_of(&**p)));
-        let results = join_all(pods.iter().map(|p| async move {
-            let name = p.metadata.name.as_deref().unwrap_or_default();
-            let dp = DeleteParams::with_uid(p.metadata.uid.as_deref().unwrap_or_default());
-            (p, api.delete(name, &dp).await)
-        }))
-        .await;
-        let mut failure = None;
-        for (p, r) in results {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            match r {
-                Ok(_) => self.recorder.normal(
-                    object_ref(job),
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {name}"),
-                ),
-                Err(e) => {
-                    self.expectations.deletion_observed(key, &key_of(&**p));
-                    if !e.is_not_found() && e.code() != Some(409) {
-                        failure = Some(e);
-                    }
-                }
-            }
-        }
-        failure.map_or(Ok(()), Err)
     }
 }

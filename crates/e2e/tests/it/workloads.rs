@@ -335,3 +335,73 @@ spec:
         .is_empty()
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemonset_follows_its_nodes_and_rolls_out() {
+    let c = Cluster::start(Opts {
+        nodes: 3,
+        ..Opts::default()
+    })
+    .await;
+    let k = kubectl(&c);
+    let path = manifest(
+        &c,
+        "ds.yaml",
+        r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, image: "fluent-bit:1"}]
+"#,
+    );
+    k.ok(&["apply", "-f", &path]);
+    k.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
+    let nodes_of = || {
+        let mut n: Vec<String> = k
+            .jsonpath(
+                &[
+                    "pods",
+                    "-l",
+                    "app=agent",
+                    "--field-selector=status.phase=Running",
+                ],
+                "{.items[*].spec.nodeName}",
+            )
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(nodes_of(), ["node-1", "node-2", "node-3"]);
+    contains(
+        &k.ok(&["get", "ds", "agent"]),
+        "3         3         3       3            3",
+    );
+    // A NoExecute taint it does not tolerate: its pod there goes; untainted, it comes back.
+    k.ok(&["taint", "node", "node-3", "dedicated=x:NoExecute"]);
+    eventually("the daemon pod off the tainted node", || {
+        nodes_of() == ["node-1", "node-2"]
+    });
+    k.ok(&["taint", "node", "node-3", "dedicated-"]);
+    eventually("the daemon pod back", || nodes_of().len() == 3);
+    // A new template rolls out node by node.
+    k.ok(&["set", "image", "daemonset/agent", "agent=fluent-bit:2"]);
+    k.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
+    eventually("every pod on the new image", || {
+        let images = k.jsonpath(
+            &["pods", "-l", "app=agent"],
+            "{.items[*].spec.containers[0].image}",
+        );
+        images
+            .split_whitespace()
+            .filter(|i| *i == "fluent-bit:2")
+            .count()
+            == 3
+            && images.split_whitespace().count() == 3
+    });
+}

@@ -1,0 +1,205 @@
+//! The DaemonSet controller: one pod per eligible node, added and removed as nodes come, go
+//! and change, replaced on template changes by RollingUpdate (within `maxUnavailable`) or
+//! left for OnDelete, with upstream's status counts. Decisions live in `logic`; this file
+//! wires node, pod and DaemonSet events to the queue and performs the API calls.
+
+pub mod logic;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rkube_client::events::object_ref;
+use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::{Api, Patch, WorkQueue};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Ctx;
+use crate::expectations::Expectations;
+use crate::objects::controller_ref;
+use crate::podcontrol;
+use crate::worker::Reconciled;
+
+pub struct DaemonSetController {
+    ctx: Arc<Ctx>,
+    queue: Arc<WorkQueue<String>>,
+    expectations: Expectations,
+    recorder: rkube_client::events::Recorder,
+}
+
+impl DaemonSetController {
+    pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
+        let c = Arc::new(DaemonSetController {
+            ctx: ctx.clone(),
+            queue: WorkQueue::new("daemonset"),
+            expectations: Expectations::default(),
+            recorder: ctx.recorder.for_component("daemonset-controller"),
+        });
+        let me = c.clone();
+        ctx.daemonsets.on_change(move |ch| match ch {
+            Change::Added(d) | Change::Updated { new: d, .. } => me.queue.add(key_of(&**d)),
+            Change::Deleted(d) => {
+                let k = key_of(&**d);
+                me.expectations.forget(&k);
+                me.queue.add(k);
+            }
+        });
+        // Any node change may change where daemons run.
+        let me = c.clone();
+        ctx.nodes.on_change(move |ch| {
+            let relevant = match ch {
+                Change::Updated { old, new } => {
+                    old.metadata.labels != new.metadata.labels
+                        || old.spec != new.spec
+                        || ready(old) != ready(new)
+                }
+                _ => true,
+            };
+            if relevant {
+                for k in me.ctx.daemonsets.keys() {
+                    me.queue.add(k);
+                }
+            }
+        });
+        let me = c.clone();
+        ctx.pods.on_change(move |ch| {
+            let (p, added, gone) = match ch {
+                Change::Added(p) => (p, true, false),
+                Change::Updated { new, .. } => (new, false, false),
+                Change::Deleted(p) => (p, false, true),
+            };
+            let Some(r) = controller_ref(&p.metadata).filter(|r| r.kind == "DaemonSet") else {
+                return;
+            };
+            let k = format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                r.name
+            );
+            if added {
+                me.expectations.creation_observed(&k);
+            }
+            if gone || p.metadata.deletion_timestamp.is_some() {
+                me.expectations.deletion_observed(&k, &key_of(&**p));
+            }
+            me.queue.add(k);
+        });
+        c
+    }
+
+    pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
+        crate::worker::serve!(self, "daemonset", workers, shutdown);
+    }
+
+    async fn sync(&self, key: &str) -> Reconciled {
+        let Some(ds) = self.ctx.daemonsets.get(key) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let (ns, name) = split_key(key);
+        let needs_sync = self.expectations.satisfied(key);
+        let uid = ds.metadata.uid.clone().unwrap_or_default();
+        let pods: Vec<Arc<Pod>> = self
+            .ctx
+            .pods
+            .by_index(index::OWNER_UID, &uid)
+            .into_iter()
+            .filter(|p| controller_ref(&p.metadata).is_some_and(|r| r.uid == uid))
+            .collect();
+        let nodes = self.ctx.nodes.list();
+        let plan = logic::plan(&ds, &nodes, &pods, rkube_client::now());
+        let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+        if needs_sync && ds.metadata.deletion_timestamp.is_none() {
+            let owner = podcontrol::Owner {
+                key,
+                regarding: object_ref(&*ds),
+                recorder: &self.recorder,
+                expectations: &self.expectations,
+            };
+            if !plan.delete.is_empty() {
+                podcontrol::delete(&owner, &api, &plan.delete).await?;
+            }
+            if !plan.create.is_empty() {
+                let hash = logic::template_hash(&ds);
+                let pods: Vec<Pod> = plan
+                    .create
+                    .iter()
+                    .map(|n| Self::pod_for(&ds, n, &hash))
+                    .collect();
+                podcontrol::create(&owner, &api, &pods).await?;
+            }
+        }
+        if ds.status.as_ref() != Some(&plan.status) {
+            let patch = Patch::Merge(json!({"status": plan.status}));
+            match Api::<DaemonSet>::namespaced(&self.ctx.client, ns)
+                .patch_status(name, &patch)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The daemon pod for `node`: the template, the daemon tolerations, bound to the node by a
+    /// `metadata.name` affinity term (the scheduler still binds it).
+    fn pod_for(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
+        let spec = ds.spec.clone().unwrap_or_default();
+        let tm = spec.template.metadata.unwrap_or_default();
+        let mut pod_spec = spec.template.spec.unwrap_or_default();
+        pod_spec.tolerations = Some(logic::daemon_tolerations(&pod_spec));
+        let term = NodeSelectorTerm {
+            match_fields: Some(vec![NodeSelectorRequirement {
+                key: "metadata.name".into(),
+                operator: "In".into(),
+                values: Some(vec![node.into()]),
+            }]),
+            match_expressions: None,
+        };
+        let affinity = pod_spec.affinity.get_or_insert_with(Affinity::default);
+        let na = affinity
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default);
+        na.required_during_scheduling_ignored_during_execution = Some(NodeSelector {
+            node_selector_terms: vec![term],
+        });
+        let mut labels = tm.labels.unwrap_or_default();
+        labels.insert(logic::HASH_LABEL.into(), hash.into());
+        labels.insert(
+            logic::GENERATION_LABEL.into(),
+            ds.metadata.generation.unwrap_or(1).to_string(),
+        );
+        let name = ds.metadata.name.clone().unwrap_or_default();
+        Pod {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                namespace: ds.metadata.namespace.clone(),
+                labels: Some(labels),
+                annotations: tm.annotations,
+                finalizers: tm.finalizers,
+                owner_references: Some(vec![crate::objects::controller_of(
+                    "apps/v1",
+                    "DaemonSet",
+                    &ds.metadata,
+                )]),
+                ..Default::default()
+            },
+            spec: Some(pod_spec),
+            status: None,
+        }
+    }
+}
+
+fn ready(n: &k8s_openapi::api::core::v1::Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
