@@ -274,6 +274,14 @@ spec:
         );
         names.split_whitespace().filter(|n| *n == "ticker").count() == 1
     });
+    // Room in the history, so the hand-made run (owned by the CronJob too) is not trimmed.
+    k.ok(&[
+        "patch",
+        "cronjob",
+        "ticker",
+        "-p",
+        r#"{"spec":{"successfulJobsHistoryLimit":3}}"#,
+    ]);
     k.ok(&["create", "job", "by-hand", "--from=cronjob/ticker"]);
     k.ok(&[
         "wait",
