@@ -8,7 +8,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
+use k8s_openapi::api::batch::v1::{
+    Job, JobCondition, JobStatus, PodFailurePolicy, UncountedTerminatedPods,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
@@ -174,6 +176,61 @@ fn set_condition(st: &mut JobStatus, c: JobCondition) {
     }
 }
 
+/// The first rule of `policy` a failed pod matches: its action and, for the Job's condition,
+/// upstream's message (`podFailurePolicy`: exit codes other than 0 of its containers, or its
+/// conditions).
+pub fn failure_rule(policy: &PodFailurePolicy, p: &Pod) -> Option<(&'static str, String)> {
+    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+    let name = p.metadata.name.as_deref().unwrap_or_default();
+    let status = p.status.as_ref()?;
+    let statuses: Vec<_> = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .collect();
+    for (i, r) in policy.rules.iter().enumerate() {
+        let action = match r.action.as_str() {
+            "FailJob" => "FailJob",
+            "Ignore" => "Ignore",
+            "Count" => "Count",
+            "FailIndex" => "FailIndex",
+            _ => continue,
+        };
+        if let Some(codes) = &r.on_exit_codes {
+            let hit = statuses
+                .iter()
+                .filter(|c| codes.container_name.as_ref().is_none_or(|n| *n == c.name))
+                .find_map(|c| {
+                    let code = c.state.as_ref()?.terminated.as_ref()?.exit_code;
+                    let inside = codes.values.contains(&code);
+                    let matched = code != 0 && (inside == (codes.operator == "In"));
+                    matched.then(|| (c.name.clone(), code))
+                });
+            if let Some((container, code)) = hit {
+                return Some((action, format!("Container {container} for pod {ns}/{name} failed with exit code {code} matching {action} rule at index {i}")));
+            }
+        } else if let Some(patterns) = &r.on_pod_conditions {
+            let conds = status.conditions.as_deref().unwrap_or(&[]);
+            let hit = patterns.iter().find(|pc| {
+                conds
+                    .iter()
+                    .any(|c| c.type_ == pc.type_ && c.status == pc.status)
+            });
+            if let Some(pc) = hit {
+                return Some((
+                    action,
+                    format!(
+                        "Pod {ns}/{name} has condition {} matching {action} rule at index {i}",
+                        pc.type_
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// The backoff before the next pod after `failures` failures (10 s, 20 s, 40 s … 6 min).
 pub fn backoff(base: Duration, failures: i32) -> Duration {
     if failures <= 0 {
@@ -217,6 +274,8 @@ pub fn plan(
     } else {
         BTreeSet::new()
     };
+    let policy = spec.pod_failure_policy.as_ref();
+    let mut fail_job: Option<String> = None;
     let mut newly = false;
     let mut last_failure: Option<DateTime<Utc>> = None;
     for p in pods {
@@ -237,8 +296,9 @@ pub fn plan(
         let succeeded = phase(p) == "Succeeded";
         // Once the Job is failing, every pod that has not succeeded counts as failed.
         // Pods stopped on success, or deleted while suspended, are not failures.
+        // With a pod failure policy only terminal failures count (upstream).
         let failed = phase(p) == "Failed"
-            || (pod_deleting && !succeeded && !suspended && !success_target)
+            || (policy.is_none() && pod_deleting && !succeeded && !suspended && !success_target)
             || (failing_target && !terminal);
         if done.is_some() || deleting {
             plan.finalize.push(p.clone());
@@ -253,7 +313,17 @@ pub fn plan(
             newly = true;
             plan.finalize.push(p.clone());
         } else if failed {
-            unc_failed.push(uid);
+            let rule = policy
+                .filter(|_| phase(p) == "Failed")
+                .and_then(|pol| failure_rule(pol, p));
+            match rule {
+                Some(("Ignore", _)) => {} // released, never counted
+                Some(("FailJob", message)) => {
+                    fail_job.get_or_insert(message);
+                    unc_failed.push(uid);
+                }
+                _ => unc_failed.push(uid),
+            }
             newly = true;
             plan.finalize.push(p.clone());
         } else if pod_deleting {
@@ -305,12 +375,12 @@ pub fn plan(
         reason,
         message: message.into(),
     };
-    let mut target: Option<(bool, &'static str, &'static str)> = None; // (success, reason, message)
+    let mut target: Option<(bool, &'static str, String)> = None; // (success, reason, message)
     if success_target {
         target = Some((
             true,
             "CompletionsReached",
-            "Reached expected number of succeeded pods",
+            "Reached expected number of succeeded pods".into(),
         ));
     } else if failing_target {
         let c = st
@@ -318,19 +388,22 @@ pub fn plan(
             .iter()
             .flatten()
             .find(|c| c.type_ == "FailureTarget")
-            .and_then(|c| c.reason.clone())
+            .cloned()
             .unwrap_or_default();
-        target = Some(if c == "DeadlineExceeded" {
+        let (c, m) = (c.reason.unwrap_or_default(), c.message.unwrap_or_default());
+        target = Some(if c == "PodFailurePolicy" {
+            (false, "PodFailurePolicy", m)
+        } else if c == "DeadlineExceeded" {
             (
                 false,
                 "DeadlineExceeded",
-                "Job was active longer than specified deadline",
+                "Job was active longer than specified deadline".into(),
             )
         } else {
             (
                 false,
                 "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
+                "Job has reached the specified backoff limit".into(),
             )
         });
     } else {
@@ -352,7 +425,7 @@ pub fn plan(
             target = Some((
                 true,
                 "CompletionsReached",
-                "Reached expected number of succeeded pods",
+                "Reached expected number of succeeded pods".into(),
             ));
             set_condition(
                 &mut st,
@@ -364,20 +437,22 @@ pub fn plan(
                     now,
                 ),
             );
+        } else if let Some(message) = fail_job {
+            target = Some((false, "PodFailurePolicy", message));
         } else if failed > spec.backoff_limit.unwrap_or(6) {
             target = Some((
                 false,
                 "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
+                "Job has reached the specified backoff limit".into(),
             ));
         } else if deadline_passed {
             target = Some((
                 false,
                 "DeadlineExceeded",
-                "Job was active longer than specified deadline",
+                "Job was active longer than specified deadline".into(),
             ));
         }
-        if let Some((false, reason, message)) = target {
+        if let Some((false, reason, message)) = &target {
             set_condition(
                 &mut st,
                 condition("FailureTarget", true, reason, message, now),
@@ -389,12 +464,13 @@ pub fn plan(
         plan.delete = active.iter().map(|p| (*p).clone()).collect();
         if active.is_empty() && terminating == 0 {
             if success {
-                set_condition(&mut st, condition("Complete", true, reason, message, now));
+                set_condition(&mut st, condition("Complete", true, reason, &message, now));
                 st.completion_time = Some(Time(now));
-                plan.events.push(ev(false, "Completed", "Job completed"));
+                plan.events
+                    .push(ev(false, "Completed", "Job completed".into()));
             } else {
-                set_condition(&mut st, condition("Failed", true, reason, message, now));
-                plan.events.push(ev(true, reason, message));
+                set_condition(&mut st, condition("Failed", true, reason, &message, now));
+                plan.events.push(ev(true, reason, &message));
             }
         }
         plan.status = st;
@@ -409,7 +485,8 @@ pub fn plan(
                 &mut st,
                 condition("Suspended", true, "JobSuspended", "Job suspended", now),
             );
-            plan.events.push(ev(false, "Suspended", "Job suspended"));
+            plan.events
+                .push(ev(false, "Suspended", "Job suspended".into()));
         }
         st.start_time = None;
         plan.status = st;
@@ -420,7 +497,7 @@ pub fn plan(
             &mut st,
             condition("Suspended", false, "JobResumed", "Job resumed", now),
         );
-        plan.events.push(ev(false, "Resumed", "Job resumed"));
+        plan.events.push(ev(false, "Resumed", "Job resumed".into()));
     }
     if st.start_time.is_none() {
         st.start_time = Some(Time(now));
@@ -734,5 +811,59 @@ mod tests {
             Some("DeadlineExceeded")
         );
         assert_eq!(p.delete.len(), 1);
+    }
+
+    #[test]
+    fn a_pod_failure_policy_ignores_or_fails_the_job() {
+        let now = rkube_client::now();
+        let spec = json!({"completions": 2, "backoffLimit": 6, "podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]}});
+        let failed_with = |name: &str, code: i32, disrupted: bool| -> Arc<Pod> {
+            let conds = if disrupted {
+                json!([{"type": "DisruptionTarget", "status": "True"}])
+            } else {
+                json!([])
+            };
+            Arc::new(serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns", "uid": name,
+                "finalizers": [TRACKING_FINALIZER]},
+                "status": {"phase": "Failed", "conditions": conds, "containerStatuses": [{"name": "main", "image": "x",
+                    "imageID": "", "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": code}}}]}})).unwrap())
+        };
+        let j = job(spec.clone(), json!({"startTime": now}));
+        let p = plan(
+            &j,
+            &[failed_with("evicted", 137, true)],
+            now,
+            BACKOFF_BASE,
+            &HashSet::new(),
+        );
+        assert_eq!(p.status.failed, Some(0), "ignored: not counted");
+        assert_eq!(p.finalize.len(), 1, "but released");
+        let p = plan(
+            &j,
+            &[failed_with("bad", 42, false)],
+            now,
+            BACKOFF_BASE,
+            &HashSet::new(),
+        );
+        let c = cond(&p.status, "Failed").expect("failed at once");
+        assert_eq!(c.reason.as_deref(), Some("PodFailurePolicy"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("Container main for pod ns/bad failed with exit code 42 matching FailJob rule at index 1")
+        );
+        let p = plan(
+            &j,
+            &[failed_with("other", 1, false)],
+            now,
+            BACKOFF_BASE,
+            &HashSet::new(),
+        );
+        assert_eq!(p.status.failed, Some(1));
+        assert!(
+            cond(&p.status, "Failed").is_none(),
+            "counted against backoffLimit only"
+        );
     }
 }
