@@ -466,8 +466,7 @@ pub fn plan(
             if success {
                 set_condition(&mut st, condition("Complete", true, reason, &message, now));
                 st.completion_time = Some(Time(now));
-                plan.events
-                    .push(ev(false, "Completed", "Job completed".into()));
+                plan.events.push(ev(false, "Completed", "Job completed"));
             } else {
                 set_condition(&mut st, condition("Failed", true, reason, &message, now));
                 plan.events.push(ev(true, reason, &message));
@@ -485,8 +484,7 @@ pub fn plan(
                 &mut st,
                 condition("Suspended", true, "JobSuspended", "Job suspended", now),
             );
-            plan.events
-                .push(ev(false, "Suspended", "Job suspended".into()));
+            plan.events.push(ev(false, "Suspended", "Job suspended"));
         }
         st.start_time = None;
         plan.status = st;
@@ -497,7 +495,7 @@ pub fn plan(
             &mut st,
             condition("Suspended", false, "JobResumed", "Job resumed", now),
         );
-        plan.events.push(ev(false, "Resumed", "Job resumed".into()));
+        plan.events.push(ev(false, "Resumed", "Job resumed"));
     }
     if st.start_time.is_none() {
         st.start_time = Some(Time(now));
