@@ -93,8 +93,15 @@ impl NodeRuntime {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         );
-        if terminal && pod.metadata.deletion_timestamp.is_none() {
-            return; // finished before we started (an agent restart): nothing to run
+        if terminal {
+            // Finished before this worker existed (an agent restart): nothing runs again, and
+            // the phase is never reported back to a non-terminal one. Asked to delete it, the
+            // kubelet removes the object at once.
+            if pod.metadata.deletion_timestamp.is_some() {
+                let me = self.clone();
+                tokio::spawn(async move { me.remove_finished(&pod).await });
+            }
+            return;
         }
         let (tx, rx) = watch::channel(pod);
         workers.insert(uid.clone(), tx);
@@ -104,6 +111,29 @@ impl NodeRuntime {
             me.clone().run_pod(rx, stop).await;
             me.workers.lock().unwrap().remove(&uid);
         });
+    }
+
+    /// Deletes a finished pod's object (grace 0, UID precondition), retrying a few times.
+    async fn remove_finished(&self, pod: &Pod) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(&self.client, ns);
+        for _ in 0..5 {
+            let permit = self.writes.acquire().await;
+            let r = api
+                .delete(name, &DeleteParams::with_uid(uid).grace(0))
+                .await;
+            drop(permit);
+            match r {
+                Ok(_) => return,
+                Err(e) if e.is_not_found() || e.code() == Some(409) => return,
+                Err(e) => {
+                    tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "final delete failed; will retry");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
     }
 
     /// The pod object is gone: its worker ends.

@@ -10,7 +10,7 @@ use crate::kubectl::{contains, manifest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_and_jobs_run_to_completion() {
-    let c = Cluster::start(Opts::default()).await;
+    let mut c = Cluster::start(Opts::default()).await;
     let k = kubectl(&c);
 
     // A pod that may finish does: Succeeded, its container Completed, its logs readable.
@@ -38,6 +38,13 @@ async fn pods_and_jobs_run_to_completion() {
     );
     contains(&k.ok(&["get", "pod", "tmp"]), "Completed");
     contains(&k.ok(&["logs", "tmp"]), "tmp started (busybox)");
+    // After an agent restart the finished pod is not run again, and deleting it removes it.
+    drop(k);
+    c.stop("node-1").await;
+    c.start_proc("node-1").await;
+    let k = kubectl(&c);
+    assert_eq!(k.jsonpath(&["pod", "tmp"], "{.status.phase}"), "Succeeded");
+    k.ok(&["delete", "pod", "tmp", "--timeout=30s"]);
     // An exit code by annotation: Failed, Error.
     k.ok(&[
         "run",
