@@ -196,20 +196,13 @@ impl NodeLifecycle {
     }
 
     pub fn start(self: &Arc<Self>, shutdown: CancellationToken) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(me.period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                if let Err(e) = me.monitor().await {
-                    tracing::warn!(error = %e, "node lifecycle pass failed");
-                }
-            }
-        });
+        crate::worker::every(
+            "nodelifecycle",
+            self.period,
+            shutdown,
+            self.clone(),
+            |me| async move { me.monitor().await },
+        );
     }
 
     /// Upstream's `MarkPodsNotReady`: the pods of a node that stopped reporting are no longer

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use rkube_client::events::Recorder;
-use rkube_client::informer::key_of;
+use rkube_client::informer::{key_of, Change};
 use rkube_client::{Api, DeleteParams, Error};
 
 use crate::expectations::Expectations;
+use crate::objects::controller_ref;
 
 /// The pods' owner as the controllers see it: where its events go, what it expects.
 pub struct Owner<'a> {
@@ -86,4 +87,32 @@ pub async fn delete(owner: &Owner<'_>, api: &Api<Pod>, pods: &[Arc<Pod>]) -> Res
         }
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// A pod event for a controller of `kind`: the owner's key (`ns/name` from the controller
+/// reference) with its expectations lowered for what the event shows, and the pod — or
+/// `None` when another kind controls it.
+pub fn observe<'a>(
+    expectations: &Expectations,
+    kind: &str,
+    ch: &'a Change<Pod>,
+) -> Option<(String, &'a Pod, bool)> {
+    let (p, added, gone) = match ch {
+        Change::Added(p) => (p, true, false),
+        Change::Updated { new, .. } => (new, false, false),
+        Change::Deleted(p) => (p, false, true),
+    };
+    let r = controller_ref(&p.metadata).filter(|r| r.kind == kind)?;
+    let key = format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        r.name
+    );
+    if added {
+        expectations.creation_observed(&key);
+    }
+    if gone || p.metadata.deletion_timestamp.is_some() {
+        expectations.deletion_observed(&key, &key_of(&**p));
+    }
+    Some((key, &**p, gone))
 }

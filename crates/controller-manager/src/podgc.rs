@@ -129,20 +129,13 @@ impl PodGc {
     }
 
     pub fn start(self: &Arc<Self>, shutdown: CancellationToken) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(me.period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                if let Err(e) = me.pass().await {
-                    tracing::warn!(error = %e, "pod GC pass failed");
-                }
-            }
-        });
+        crate::worker::every(
+            "pod-garbage-collector",
+            self.period,
+            shutdown,
+            self.clone(),
+            |me| async move { me.pass().await },
+        );
     }
 
     async fn pass(&self) -> Result<(), Error> {

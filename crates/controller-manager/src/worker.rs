@@ -114,3 +114,31 @@ pub fn spawn_workers<C, F, Fut>(
         });
     }
 }
+
+/// Runs `pass` every `period` until `shutdown` (a controller without a queue: node lifecycle,
+/// the pod collector); a failed pass is logged and the next one comes on time.
+pub fn every<C, F, Fut>(
+    name: &'static str,
+    period: Duration,
+    shutdown: CancellationToken,
+    me: Arc<C>,
+    pass: F,
+) where
+    C: Send + Sync + 'static,
+    F: Fn(Arc<C>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = pass(me.clone()).await {
+                tracing::warn!(controller = name, error = %e, "periodic pass failed");
+            }
+        }
+    });
+}

@@ -47,15 +47,15 @@ pub fn daemon_tolerations(spec: &PodSpec) -> Vec<Toleration> {
 }
 
 /// (should run a new pod, may keep a running one) on `node` (upstream's
-/// `NodeShouldRunDaemonPod`): NoSchedule taints stop new pods, NoExecute ones both.
-pub fn should_run(spec: &PodSpec, node: &Node) -> (bool, bool) {
+/// `NodeShouldRunDaemonPod`): NoSchedule taints stop new pods, NoExecute ones both. `tols`:
+/// `daemon_tolerations(spec)`.
+pub fn should_run(spec: &PodSpec, tols: &[Toleration], node: &Node) -> (bool, bool) {
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let empty = Default::default();
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     if !rkube_api::nodeaffinity::required_matches(spec, labels, name) {
         return (false, false);
     }
-    let tols = daemon_tolerations(spec);
     let taints: &[Taint] = node
         .spec
         .as_ref()
@@ -64,7 +64,7 @@ pub fn should_run(spec: &PodSpec, node: &Node) -> (bool, bool) {
     let untolerated = |effect: &str| {
         taints
             .iter()
-            .any(|t| t.effect == effect && !tolerated(&tols, t))
+            .any(|t| t.effect == effect && !tolerated(tols, t))
     };
     let keep = !untolerated("NoExecute");
     (keep && !untolerated("NoSchedule"), keep)
@@ -124,6 +124,7 @@ pub fn plan(ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTim
     let spec = ds.spec.clone().unwrap_or_default();
     let pod_spec = spec.template.spec.clone().unwrap_or_default();
     let hash = template_hash(ds);
+    let tols = daemon_tolerations(&pod_spec);
     let mrs = spec.min_ready_seconds.unwrap_or(0);
     let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
     let mut plan = Plan::default();
@@ -149,7 +150,7 @@ pub fn plan(ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTim
     let mut old: Vec<(bool, Arc<Pod>)> = Vec::new();
     for n in nodes {
         let name = n.metadata.name.as_deref().unwrap_or_default();
-        let (run, keep) = should_run(&pod_spec, n);
+        let (run, keep) = should_run(&pod_spec, &tols, n);
         let mut here: Vec<&Arc<Pod>> = by_node.remove(name).unwrap_or_default();
         here.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
         if run {

@@ -67,25 +67,9 @@ impl DaemonSetController {
         });
         let me = c.clone();
         ctx.pods.on_change(move |ch| {
-            let (p, added, gone) = match ch {
-                Change::Added(p) => (p, true, false),
-                Change::Updated { new, .. } => (new, false, false),
-                Change::Deleted(p) => (p, false, true),
-            };
-            let Some(r) = controller_ref(&p.metadata).filter(|r| r.kind == "DaemonSet") else {
+            let Some((k, _, _)) = podcontrol::observe(&me.expectations, "DaemonSet", ch) else {
                 return;
             };
-            let k = format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                r.name
-            );
-            if added {
-                me.expectations.creation_observed(&k);
-            }
-            if gone || p.metadata.deletion_timestamp.is_some() {
-                me.expectations.deletion_observed(&k, &key_of(&**p));
-            }
             me.queue.add(k);
         });
         c

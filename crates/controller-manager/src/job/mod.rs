@@ -41,18 +41,6 @@ pub struct JobController {
     backoff: Duration,
 }
 
-/// The Job key a pod's controller reference names.
-fn job_key(p: &Pod) -> Option<String> {
-    let r = controller_ref(&p.metadata)?;
-    (r.kind == "Job" && r.api_version.starts_with("batch/")).then(|| {
-        format!(
-            "{}/{}",
-            p.metadata.namespace.as_deref().unwrap_or_default(),
-            r.name
-        )
-    })
-}
-
 impl JobController {
     /// `backoff`: the delay after the first failed pod (upstream: 10 s), doubling after each.
     pub fn new(ctx: Arc<Ctx>, backoff: Duration) -> Arc<Self> {
@@ -78,18 +66,9 @@ impl JobController {
         });
         let me = c.clone();
         ctx.pods.on_change(move |ch| {
-            let (p, added, gone) = match ch {
-                Change::Added(p) => (p, true, false),
-                Change::Updated { new, .. } => (new, false, false),
-                Change::Deleted(p) => (p, false, true),
+            let Some((k, p, gone)) = podcontrol::observe(&me.expectations, "Job", ch) else {
+                return;
             };
-            let Some(k) = job_key(p) else { return };
-            if added {
-                me.expectations.creation_observed(&k);
-            }
-            if gone || p.metadata.deletion_timestamp.is_some() {
-                me.expectations.deletion_observed(&k, &key_of(&**p));
-            }
             let released = gone
                 || !p
                     .metadata

@@ -6,7 +6,20 @@
 use rkube_e2e::{Cluster, Opts};
 
 use crate::builtin::{eventually, kubectl};
-use crate::kubectl::{contains, manifest};
+use crate::kubectl::{contains, manifest, Kubectl};
+
+/// Writes `text` into the cluster's directory as `name` and applies it.
+fn apply(c: &Cluster, k: &Kubectl<'_>, name: &str, text: &str) {
+    k.ok(&["apply", "-f", &manifest(c, name, text)]);
+}
+
+/// The names of the pods of Job `job`.
+fn job_pods(k: &Kubectl<'_>, job: &str) -> String {
+    k.jsonpath(
+        &["pods", "-l", &format!("job-name={job}")],
+        "{.items[*].metadata.name}",
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_and_jobs_run_to_completion() {
@@ -68,8 +81,9 @@ async fn pods_and_jobs_run_to_completion() {
     );
 
     // A liveness probe that starts failing: killed, restarted; the killed run's logs remain.
-    let path = manifest(
+    apply(
         &c,
+        &k,
         "live.yaml",
         r#"apiVersion: v1
 kind: Pod
@@ -83,7 +97,6 @@ spec:
     livenessProbe: {httpGet: {port: 80}, periodSeconds: 1, failureThreshold: 1}
 "#,
     );
-    k.ok(&["apply", "-f", &path]);
     k.ok(&[
         "wait",
         "--for=jsonpath={.status.containerStatuses[0].restartCount}=1",
@@ -107,8 +120,9 @@ spec:
     );
 
     // Init containers in order, a sidecar beside the app: Running with both ready.
-    let path = manifest(
+    apply(
         &c,
+        &k,
         "init.yaml",
         r#"apiVersion: v1
 kind: Pod
@@ -123,7 +137,6 @@ spec:
   - {name: app, image: nginx}
 "#,
     );
-    k.ok(&["apply", "-f", &path]);
     k.ok(&[
         "wait",
         "--for=condition=Ready",
@@ -146,8 +159,9 @@ spec:
     contains(&k.ok(&["get", "pod", "staged"]), "2/2");
 
     // A Job of 5 completions, 2 at a time: Complete, every pod released from the finalizer.
-    let path = manifest(
+    apply(
         &c,
+        &k,
         "jobs.yaml",
         r#"apiVersion: batch/v1
 kind: Job
@@ -195,7 +209,6 @@ spec:
       containers: [{name: work, image: busybox}]
 "#,
     );
-    k.ok(&["apply", "-f", &path]);
     k.ok(&[
         "wait",
         "--for=condition=complete",
@@ -243,8 +256,9 @@ spec:
     );
 
     // A CronJob every second: its Jobs run and complete, history is trimmed to one.
-    let path = manifest(
+    apply(
         &c,
+        &k,
         "cron.yaml",
         r#"apiVersion: batch/v1
 kind: CronJob
@@ -261,7 +275,6 @@ spec:
           containers: [{name: tick, image: busybox}]
 "#,
     );
-    k.ok(&["apply", "-f", &path]);
     eventually("a successful tick", || {
         !k.jsonpath(&["cronjob", "ticker"], "{.status.lastSuccessfulTime}")
             .trim()
@@ -305,8 +318,9 @@ spec:
     );
 
     // A Job deleted while its pods run: they stop and go (the finalizer is released).
-    let path = manifest(
+    apply(
         &c,
+        &k,
         "endless.yaml",
         r#"apiVersion: batch/v1
 kind: Job
@@ -320,7 +334,6 @@ spec:
       containers: [{name: work, image: busybox}]
 "#,
     );
-    k.ok(&["apply", "-f", &path]);
     eventually("the endless job's pod running", || {
         k.jsonpath(
             &["pods", "-l", "job-name=endless"],
@@ -329,12 +342,7 @@ spec:
     });
     k.ok(&["delete", "job", "endless"]);
     eventually("the deleted job's pods gone", || {
-        k.jsonpath(
-            &["pods", "-l", "job-name=endless"],
-            "{.items[*].metadata.name}",
-        )
-        .trim()
-        .is_empty()
+        job_pods(&k, "endless").trim().is_empty()
     });
 
     // Finished with a TTL of 0: deleted, and its pods with it.
@@ -342,12 +350,7 @@ spec:
         !k.run(&["get", "job", "shortlived"]).status.success()
     });
     eventually("its pods collected", || {
-        k.jsonpath(
-            &["pods", "-l", "job-name=shortlived"],
-            "{.items[*].metadata.name}",
-        )
-        .trim()
-        .is_empty()
+        job_pods(&k, "shortlived").trim().is_empty()
     });
 }
 
@@ -359,8 +362,9 @@ async fn a_daemonset_follows_its_nodes_and_rolls_out() {
     })
     .await;
     let k = kubectl(&c);
-    let path = manifest(
+    apply(
         &c,
+        &k,
         "ds.yaml",
         r#"apiVersion: apps/v1
 kind: DaemonSet
@@ -373,7 +377,6 @@ spec:
       containers: [{name: agent, image: "fluent-bit:1"}]
 "#,
     );
-    k.ok(&["apply", "-f", &path]);
     k.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
     let nodes_of = || {
         let mut n: Vec<String> = k
