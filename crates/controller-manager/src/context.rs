@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -34,6 +36,8 @@ pub struct Ctx {
     pub jobs: Arc<Store<Job>>,
     pub daemonsets: Arc<Store<DaemonSet>>,
     pub cronjobs: Arc<Store<CronJob>>,
+    pub statefulsets: Arc<Store<StatefulSet>>,
+    pub revisions: Arc<Store<ControllerRevision>>,
     pub nodes: Arc<Store<Node>>,
     /// Node heartbeats: Leases in `kube-node-lease`.
     pub node_leases: Arc<Store<Lease>>,
@@ -134,6 +138,10 @@ impl Ctx {
         starts.push(s);
         let (daemonsets, s) = informer(Api::<DaemonSet>::all(&client), &metrics);
         starts.push(s);
+        let (statefulsets, s) = informer(Api::<StatefulSet>::all(&client), &metrics);
+        starts.push(s);
+        let (revisions, s) = informer(Api::<ControllerRevision>::all(&client), &metrics);
+        starts.push(s);
         let (nodes, s) = informer(Api::<Node>::all(&client), &metrics);
         starts.push(s);
         let (node_leases, s) = informer(
@@ -177,6 +185,8 @@ impl Ctx {
             jobs,
             cronjobs,
             daemonsets,
+            statefulsets,
+            revisions,
             nodes,
             node_leases,
             namespaces,
@@ -208,6 +218,8 @@ impl Ctx {
         self.jobs.wait_synced().await;
         self.cronjobs.wait_synced().await;
         self.daemonsets.wait_synced().await;
+        self.statefulsets.wait_synced().await;
+        self.revisions.wait_synced().await;
         self.nodes.wait_synced().await;
         self.node_leases.wait_synced().await;
         self.namespaces.wait_synced().await;

@@ -127,6 +127,11 @@ impl GarbageCollector {
         // The controllers' informers that see every object of their resource.
         gc.add_typed(&ctx.deployments);
         gc.add_typed(&ctx.replicasets);
+        gc.add_typed(&ctx.statefulsets);
+        gc.add_typed(&ctx.daemonsets);
+        gc.add_typed(&ctx.revisions);
+        gc.add_typed(&ctx.jobs);
+        gc.add_typed(&ctx.cronjobs);
         gc.add_typed(&ctx.pods);
         gc.add_typed(&ctx.nodes);
         gc.add_typed(&ctx.namespaces);

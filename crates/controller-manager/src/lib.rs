@@ -13,6 +13,7 @@ pub mod endpointslice;
 pub mod endpointslicemirroring;
 pub mod expectations;
 pub mod gc;
+pub mod history;
 pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
@@ -22,6 +23,7 @@ pub mod podgc;
 pub mod replicaset;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod volume;
 pub mod worker;
@@ -36,9 +38,10 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 19] = [
+pub const CONTROLLERS: [&str; 20] = [
     "deployment",
     "replicaset",
+    "statefulset",
     "daemonset",
     "job",
     "cronjob",
@@ -188,6 +191,9 @@ async fn run_controllers(
     let daemonsets = config
         .enabled("daemonset")
         .then(|| daemonset::DaemonSetController::new(ctx.clone()));
+    let statefulsets = config
+        .enabled("statefulset")
+        .then(|| statefulset::StatefulSetController::new(ctx.clone()));
     let cronjobs = config
         .enabled("cronjob")
         .then(|| cronjob::CronJobController::new(ctx.clone(), config.clock.clone()));
@@ -267,6 +273,9 @@ async fn run_controllers(
         c.start(config.job_workers, shutdown.clone());
     }
     if let Some(c) = &daemonsets {
+        c.start(2, shutdown.clone());
+    }
+    if let Some(c) = &statefulsets {
         c.start(2, shutdown.clone());
     }
     if let Some(c) = &cronjobs {

@@ -35,13 +35,16 @@ struct Flags {
     /// Run only the bookmark scenario.
     #[arg(long)]
     bookmarks_only: bool,
-    /// Run only the workloads scenario (a Job of many completions).
+    /// Run only the workloads scenarios (a Job of many completions, an ordered StatefulSet,
+    /// a DaemonSet over many nodes).
     #[arg(long)]
     workloads_only: bool,
     #[arg(long, default_value_t = 1_000)]
     job_completions: usize,
     #[arg(long, default_value_t = 100)]
     job_parallelism: usize,
+    #[arg(long, default_value_t = 100)]
+    sts_replicas: usize,
     /// How long the bookmark scenario churns.
     #[arg(long, default_value_t = 60)]
     churn_secs: u64,
@@ -527,52 +530,112 @@ async fn bookmark_section(f: &Flags) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Seconds from POSTing a Job of `completions` (at most `parallelism` at once, each pod
-/// running the agent's default 100 ms) to its Complete condition, seen by polling the Job.
-async fn job_run(c: &Cluster, completions: usize, parallelism: usize) -> anyhow::Result<f64> {
+/// Seconds from POSTing `obj` to `url` until `done` holds for it (polled every 20 ms; an
+/// `Err` from `done` stops the run), within `limit`.
+async fn time_until(
+    url: &str,
+    obj: &Value,
+    limit: Duration,
+    done: impl Fn(&Value) -> anyhow::Result<bool>,
+) -> anyhow::Result<f64> {
     let http = reqwest::Client::new();
-    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "many"},
-        "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
-            "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "work", "image": "busybox"}]}}}});
-    let url = format!("{}/apis/batch/v1/namespaces/default/jobs", c.base);
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let t0 = Instant::now();
-    let r = http.post(&url).json(&job).send().await?;
-    anyhow::ensure!(r.status().is_success(), "create job: {}", r.status());
+    let r = http.post(url).json(obj).send().await?;
+    anyhow::ensure!(r.status().is_success(), "create {name}: {}", r.status());
     loop {
-        let j: Value = http.get(format!("{url}/many")).send().await?.json().await?;
-        let conds = j.pointer("/status/conditions").and_then(Value::as_array);
-        let has = |t: &str| {
-            conds.is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
-        };
-        anyhow::ensure!(!has("Failed"), "the job failed: {}", j["status"]);
-        if has("Complete") {
+        let o: Value = http
+            .get(format!("{url}/{name}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if done(&o)? {
             return Ok(t0.elapsed().as_secs_f64());
         }
         anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(300),
-            "job not complete after 5 min: {}",
-            j["status"]
+            t0.elapsed() < limit,
+            "{name} not done after {limit:?}: {}",
+            o["status"]
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
+/// Seconds from POSTing a Job of `completions` (at most `parallelism` at once, each pod
+/// running the agent's default 100 ms) to its Complete condition.
+async fn job_run(c: &Cluster, completions: usize, parallelism: usize) -> anyhow::Result<f64> {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "many"},
+        "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "work", "image": "busybox"}]}}}});
+    let url = format!("{}/apis/batch/v1/namespaces/default/jobs", c.base);
+    time_until(&url, &job, Duration::from_secs(300), |j| {
+        let conds = j.pointer("/status/conditions").and_then(Value::as_array);
+        let has = |t: &str| {
+            conds.is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
+        };
+        anyhow::ensure!(!has("Failed"), "the job failed: {}", j["status"]);
+        Ok(has("Complete"))
+    })
+    .await
+}
+
+/// Seconds from POSTing an OrderedReady StatefulSet of `replicas` (no probes, no claims) until
+/// every pod is Ready: each pod is created only once the one before it is.
+async fn statefulset_run(c: &Cluster, replicas: usize) -> anyhow::Result<f64> {
+    let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "ordered"},
+        "spec": {"replicas": replicas, "serviceName": "ordered",
+            "selector": {"matchLabels": {"app": "ordered"}},
+            "template": {"metadata": {"labels": {"app": "ordered"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let url = format!("{}/apis/apps/v1/namespaces/default/statefulsets", c.base);
+    time_until(&url, &sts, Duration::from_secs(300), |s| {
+        Ok(s.pointer("/status/readyReplicas").and_then(Value::as_u64) == Some(replicas as u64))
+    })
+    .await
+}
+
+/// Seconds from POSTing a DaemonSet until its pod is Ready on each of `nodes` nodes.
+async fn daemonset_run(c: &Cluster, nodes: usize) -> anyhow::Result<f64> {
+    let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "c", "image": "fluent-bit"}]}}}});
+    let url = format!("{}/apis/apps/v1/namespaces/default/daemonsets", c.base);
+    time_until(&url, &ds, Duration::from_secs(300), |d| {
+        Ok(d.pointer("/status/numberReady").and_then(Value::as_u64) == Some(nodes as u64))
+    })
+    .await
+}
+
 async fn workloads_section(f: &Flags) -> anyhow::Result<()> {
     println!(
-        "== workloads: a Job of {} completions, parallelism {}",
-        f.job_completions, f.job_parallelism
+        "== workloads: a Job of {} completions, parallelism {}; a StatefulSet of {}",
+        f.job_completions, f.job_parallelism, f.sts_replicas
     );
     let c = Cluster::start(f, false, false, 10).await?;
     let secs = job_run(&c, f.job_completions, f.job_parallelism).await?;
     let rate = f.job_completions as f64 / secs;
-    println!("  Complete in {secs:.2} s ({rate:.0} pods/s)");
+    println!("  Job Complete in {secs:.2} s ({rate:.0} pods/s)");
+    let sts = statefulset_run(&c, f.sts_replicas).await?;
+    println!("  StatefulSet all Ready in {sts:.2} s");
+    drop(c);
+    println!("== workloads: a DaemonSet over {} nodes", f.big_nodes);
+    let c = Cluster::start(f, false, false, f.big_nodes).await?;
+    let ds = daemonset_run(&c, f.big_nodes).await?;
+    println!("  DaemonSet Ready on every node in {ds:.2} s");
+    drop(c);
     let body = format!(
-        "## Workloads that finish (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on rkube-store (limits off, 10 simulated nodes, `fast` stages: each Job pod runs the default 100 ms and exits 0). \
-         A Job of {} completions with parallelism {} is POSTed; the time runs until its `Complete` condition (every pod counted through the tracking finalizer).\n\n\
-         | Job | time to Complete | pods/s |\n|---|---|---|\n| {} completions, parallelism {} | {secs:.2} s | {rate:.0} |\n\n\
-         Target: ≤ 5 s. KWOK's documented pace is about 20 pods/s (50 s for the same Job).\n",
-        machine(), git_commit(), utc_now(), f.job_completions, f.job_parallelism, f.job_completions, f.job_parallelism
+        "## Workloads (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on rkube-store (limits off, `fast` stages: each Job pod runs the default 100 ms and exits 0; no probe delays). \
+         Each object is POSTed and the time runs until its status says done: the Job's `Complete` condition (every pod counted through the tracking finalizer), the StatefulSet's `readyReplicas` (OrderedReady: each pod is created only once the one before it is Ready), the DaemonSet's `numberReady`.\n\n\
+         | workload | nodes | time | pods/s | target |\n|---|---|---|---|---|\n\
+         | Job: {} completions, parallelism {} | 10 | {secs:.2} s | {rate:.0} | ≤ 5 s |\n\
+         | StatefulSet: {} replicas, OrderedReady | 10 | {sts:.2} s | {:.0} | ≤ 5 s |\n\
+         | DaemonSet: one pod per node | {} | {ds:.2} s | {:.0} | ≤ 5 s |\n\n\
+         KWOK's documented pace is about 20 pods/s (50 s for the same Job).\n",
+        machine(), git_commit(), utc_now(), f.job_completions, f.job_parallelism,
+        f.sts_replicas, f.sts_replicas as f64 / sts, f.big_nodes, f.big_nodes as f64 / ds
     );
     write_section(&f.out, "e2e-workloads", &body)?;
     Ok(())

@@ -423,3 +423,204 @@ spec:
             && images.split_whitespace().count() == 3
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statefulset_keeps_order_identity_and_claims() {
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+    apply(
+        &c,
+        &k,
+        "sts.yaml",
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports: [{port: 80, name: http}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: web
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: nginx, image: "nginx:1.24", ports: [{containerPort: 80, name: http}]}]
+  volumeClaimTemplates:
+  - metadata: {name: www}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: stuck}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: stuck}}
+  template:
+    metadata: {labels: {app: stuck}, annotations: {sim.rkube.io/ready: "false"}}
+    spec: {containers: [{name: c, image: busybox}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: burst}
+spec:
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: burst}}
+  template:
+    metadata: {labels: {app: burst}, annotations: {sim.rkube.io/ready: "false"}}
+    spec: {containers: [{name: c, image: busybox}]}
+"#,
+    );
+    contains(
+        &k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]),
+        "partitioned roll out complete: 3 new pods have been updated",
+    );
+    // Stable names, hostnames under the headless Service, one bound claim each.
+    let names =
+        |k: &Kubectl<'_>| k.jsonpath(&["pods", "-l", "app=web"], "{.items[*].metadata.name}");
+    assert_eq!(names(&k), "web-0 web-1 web-2");
+    assert_eq!(
+        k.jsonpath(&["pod", "web-1"], "{.spec.hostname}.{.spec.subdomain}"),
+        "web-1.web"
+    );
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "web-1"],
+            "{.metadata.labels.apps\\.kubernetes\\.io/pod-index}"
+        ),
+        "1"
+    );
+    eventually("three bound claims", || {
+        k.jsonpath(&["pvc", "-l", "app=web"], "{.items[*].status.phase}") == "Bound Bound Bound"
+    });
+    assert_eq!(
+        k.jsonpath(&["pvc", "-l", "app=web"], "{.items[*].metadata.name}"),
+        "www-web-0 www-web-1 www-web-2"
+    );
+    eventually("the pods' hostnames in the Service's slice", || {
+        let mut h: Vec<String> = k
+            .jsonpath(
+                &["endpointslices", "-l", "kubernetes.io/service-name=web"],
+                "{.items[*].endpoints[*].hostname}",
+            )
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        h.sort();
+        h == ["web-0", "web-1", "web-2"]
+    });
+    // OrderedReady waits for each pod to be ready before the next (pods that never become
+    // ready by annotation); Parallel does not.
+    let first = |set: &str| {
+        k.jsonpath(
+            &["pods", "-l", &format!("app={set}")],
+            "{.items[*].metadata.name}",
+        )
+    };
+    assert_eq!(first("stuck"), "stuck-0");
+    eventually("both parallel pods", || first("burst") == "burst-0 burst-1");
+    assert_eq!(first("stuck"), "stuck-0");
+    let events = k.ok(&[
+        "get",
+        "events",
+        "--field-selector=involvedObject.name=web,involvedObject.kind=StatefulSet",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    contains(
+        &events,
+        "create Claim www-web-0 Pod web-0 in StatefulSet web success",
+    );
+
+    // A new template rolls from the highest ordinal; history and undo through revisions.
+    k.ok(&["set", "image", "statefulset/web", "nginx=nginx:1.25"]);
+    contains(
+        &k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]),
+        "partitioned roll out complete: 3 new pods have been updated",
+    );
+    let images = |k: &Kubectl<'_>| {
+        k.jsonpath(
+            &["pods", "-l", "app=web"],
+            "{.items[*].spec.containers[0].image}",
+        )
+    };
+    assert_eq!(images(&k), "nginx:1.25 nginx:1.25 nginx:1.25");
+    let (current, update) = (
+        k.jsonpath(&["sts", "web"], "{.status.currentRevision}"),
+        k.jsonpath(&["sts", "web"], "{.status.updateRevision}"),
+    );
+    assert_eq!(current, update);
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "web-0"],
+            "{.metadata.labels.controller-revision-hash}"
+        ),
+        update
+    );
+    let history = k.ok(&["rollout", "history", "statefulset/web"]);
+    contains(&history, "1 ");
+    contains(&history, "2 ");
+    contains(
+        &k.ok(&["rollout", "history", "statefulset/web", "--revision=1"]),
+        "nginx:1.24",
+    );
+    k.ok(&["rollout", "undo", "statefulset/web"]);
+    k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]);
+    eventually("every pod back on the first image", || {
+        images(&k) == "nginx:1.24 nginx:1.24 nginx:1.24"
+    });
+    // The first revision was renumbered, not copied.
+    let mut numbers: Vec<String> = k
+        .jsonpath(
+            &["controllerrevisions", "-l", "app=web"],
+            "{.items[*].revision}",
+        )
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    numbers.sort();
+    assert_eq!(numbers, ["2", "3"]);
+    k.ok(&["rollout", "restart", "statefulset/web"]);
+    k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]);
+    contains(
+        &k.jsonpath(&["pod", "web-0"], "{.metadata.annotations}"),
+        "kubectl.kubernetes.io/restartedAt",
+    );
+
+    // Scaled down, the default policy keeps the claims; `whenScaled: Delete` removes them.
+    k.ok(&["scale", "statefulset/web", "--replicas=1"]);
+    eventually("one pod left", || names(&k) == "web-0");
+    assert_eq!(
+        k.jsonpath(&["pvc", "-l", "app=web"], "{.items[*].metadata.name}"),
+        "www-web-0 www-web-1 www-web-2"
+    );
+    k.ok(&[
+        "patch",
+        "statefulset",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":3,"persistentVolumeClaimRetentionPolicy":{"whenScaled":"Delete"}}}"#,
+    ]);
+    k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]);
+    k.ok(&["scale", "statefulset/web", "--replicas=2"]);
+    eventually("the condemned pod's claim collected", || {
+        k.jsonpath(&["pvc", "-l", "app=web"], "{.items[*].metadata.name}") == "www-web-0 www-web-1"
+    });
+    // A deleted pod comes back under the same name.
+    let uid = k.jsonpath(&["pod", "web-1"], "{.metadata.uid}");
+    k.ok(&["delete", "pod", "web-1", "--wait=false"]);
+    eventually("web-1 back, a new pod", || {
+        let now = k.jsonpath(&["pod", "web-1", "--ignore-not-found"], "{.metadata.uid}");
+        !now.is_empty() && now != uid
+    });
+    k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]);
+}

@@ -1,0 +1,529 @@
+//! The StatefulSet controller: pods with stable names, hostnames and claims, created and
+//! deleted in ordinal order (or in parallel), rolled by revision (ControllerRevisions, so
+//! `kubectl rollout history|undo` work), their claims owned as the retention policy says.
+//! Decisions live in `logic` (pods) and `history` (revisions); this file wires pod, claim and
+//! StatefulSet events to the queue and performs the API calls.
+
+pub mod logic;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use rkube_client::events::object_ref;
+use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{selecting, Ctx};
+use crate::expectations::Expectations;
+use crate::history::{self, Found};
+use crate::objects::{controller_ref, labels_of, selector};
+use crate::podcontrol;
+use crate::worker::Reconciled;
+use logic::Why;
+
+pub struct StatefulSetController {
+    ctx: Arc<Ctx>,
+    queue: Arc<WorkQueue<String>>,
+    expectations: Expectations,
+    recorder: rkube_client::events::Recorder,
+}
+
+impl StatefulSetController {
+    pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
+        let c = Arc::new(StatefulSetController {
+            ctx: ctx.clone(),
+            queue: WorkQueue::new("statefulset"),
+            expectations: Expectations::default(),
+            recorder: ctx.recorder.for_component("statefulset-controller"),
+        });
+        let me = c.clone();
+        ctx.statefulsets.on_change(move |ch| match ch {
+            Change::Added(s) | Change::Updated { new: s, .. } => me.queue.add(key_of(&**s)),
+            Change::Deleted(s) => {
+                let k = key_of(&**s);
+                me.expectations.forget(&k);
+                me.queue.add(k);
+            }
+        });
+        let me = c.clone();
+        ctx.pods.on_change(move |ch| {
+            if let Some((k, _, _)) = podcontrol::observe(&me.expectations, "StatefulSet", ch) {
+                me.queue.add(k);
+            } else if let Change::Added(p) | Change::Updated { new: p, .. } = ch {
+                // An orphan a set may adopt.
+                if controller_ref(&p.metadata).is_none() {
+                    for k in selecting(&me.ctx.statefulsets, &p.metadata, |s| {
+                        s.spec.as_ref().map(|s| &s.selector)
+                    }) {
+                        me.queue.add(k);
+                    }
+                }
+            }
+        });
+        // A claim that finished terminating lets its pod be created.
+        let me = c.clone();
+        ctx.claims.on_change(move |ch| {
+            if let Change::Deleted(c) = ch {
+                for k in selecting(&me.ctx.statefulsets, &c.metadata, |s| {
+                    s.spec.as_ref().map(|s| &s.selector)
+                }) {
+                    me.queue.add(k);
+                }
+            }
+        });
+        c
+    }
+
+    pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
+        crate::worker::serve!(self, "statefulset", workers, shutdown);
+    }
+
+    async fn sync(&self, key: &str) -> Reconciled {
+        let Some(set) = self.ctx.statefulsets.get(key) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let (ns, name) = split_key(key);
+        let uid = set.metadata.uid.clone().unwrap_or_default();
+        let mut pods: Vec<Arc<Pod>> = self
+            .ctx
+            .pods
+            .by_index(index::OWNER_UID, &uid)
+            .into_iter()
+            .filter(|p| controller_ref(&p.metadata).is_some_and(|r| r.uid == uid))
+            .collect();
+        if set.metadata.deletion_timestamp.is_none() {
+            pods.extend(self.adopt(&set, &pods).await?);
+        }
+        let Some((current, update, collisions)) = self.revisions(&set).await? else {
+            return Ok(Some(Duration::from_millis(100)));
+        };
+        let (current_name, update_name) = (
+            current.metadata.name.clone().unwrap_or_default(),
+            update.metadata.name.clone().unwrap_or_default(),
+        );
+        let claim_terminating = |ord: i32| {
+            logic::claims_for(&set, ord).iter().any(|c| {
+                self.ctx
+                    .claims
+                    .get_in(ns, c.metadata.name.as_deref().unwrap_or_default())
+                    .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+            })
+        };
+        let plan = logic::plan(
+            &set,
+            &pods,
+            &current_name,
+            &update_name,
+            collisions,
+            claim_terminating,
+            rkube_client::now(),
+        );
+        let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+        if self.expectations.satisfied(key) && set.metadata.deletion_timestamp.is_none() {
+            self.claim_owners(&set, &pods).await?;
+            self.delete(key, &set, &api, &plan.delete).await?;
+            let pods: Vec<Pod> = plan
+                .create
+                .iter()
+                .map(|&(ord, at_update)| {
+                    let (rev, name) = if at_update {
+                        (&update, &update_name)
+                    } else {
+                        (&current, &current_name)
+                    };
+                    let template = history::template_of(rev)
+                        .unwrap_or_else(|| set.spec.clone().unwrap_or_default().template);
+                    logic::pod_for(&set, &template, name, ord)
+                })
+                .collect();
+            self.create(key, &set, &api, &plan.create, pods).await?;
+        }
+        self.prune(&set, &pods, &current_name, &update_name).await?;
+        let unchanged = set.status.as_ref().is_some_and(|s| {
+            let mut s = s.clone();
+            s.conditions = plan.status.conditions.clone();
+            s == plan.status
+        });
+        if !unchanged {
+            let patch = Patch::Merge(json!({"status": plan.status}));
+            match Api::<StatefulSet>::namespaced(&self.ctx.client, ns)
+                .patch_status(name, &patch)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(plan.requeue.map(|s| Duration::from_secs(s.max(1) as u64)))
+    }
+
+    /// Orphans named as the set's pods and matching its selector get the set as controller.
+    async fn adopt(&self, set: &StatefulSet, owned: &[Arc<Pod>]) -> Result<Vec<Arc<Pod>>, Error> {
+        let (ns, name) = (
+            set.metadata.namespace.as_deref().unwrap_or_default(),
+            set.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let Some(sel) = selector(set.spec.as_ref().map(|s| &s.selector)) else {
+            return Ok(Vec::new());
+        };
+        let mine: HashSet<&str> = owned
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        let (start, count) = (logic::start(set), logic::replicas(set));
+        let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+        let mut adopted = Vec::new();
+        for ord in start..start.saturating_add(count) {
+            let pod_name = format!("{name}-{ord}");
+            if mine.contains(pod_name.as_str()) {
+                continue;
+            }
+            let Some(p) = self.ctx.pods.get_in(ns, &pod_name) else {
+                continue;
+            };
+            if controller_ref(&p.metadata).is_some()
+                || p.metadata.deletion_timestamp.is_some()
+                || !sel.matches(&labels_of(&p.metadata))
+            {
+                continue;
+            }
+            let mut refs = p.metadata.owner_references.clone().unwrap_or_default();
+            refs.push(crate::objects::controller_of(
+                "apps/v1",
+                "StatefulSet",
+                &set.metadata,
+            ));
+            let patch = Patch::Merge(json!({"metadata": {
+                "ownerReferences": refs,
+                "uid": p.metadata.uid,
+            }}));
+            match api.patch(&pod_name, &patch).await {
+                Ok(p) => adopted.push(Arc::new(p)),
+                Err(e) if e.is_not_found() || e.is_conflict() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(adopted)
+    }
+
+    /// The current and update revisions and the collision count (upstream's
+    /// `getStatefulSetRevisions`): the revision equal to the template is reused (renumbered
+    /// when it is an older one, a rollback), else created. `None` while a just-written
+    /// revision is not yet in the cache.
+    async fn revisions(
+        &self,
+        set: &StatefulSet,
+    ) -> Result<Option<(Arc<ControllerRevision>, Arc<ControllerRevision>, i32)>, Error> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+        let uid = set.metadata.uid.as_deref().unwrap_or_default();
+        let revs = self.owned_revisions(set);
+        let spec = set.spec.clone().unwrap_or_default();
+        let data = history::patch_of(&spec.template);
+        let mut collisions = set
+            .status
+            .as_ref()
+            .and_then(|s| s.collision_count)
+            .unwrap_or(0);
+        let api: Api<ControllerRevision> = Api::namespaced(&self.ctx.client, ns);
+        let next = history::next_number(&revs);
+        let update = match history::find(&revs, &data) {
+            Found::Latest(i) => revs[i].clone(),
+            Found::Older(i) => {
+                let name = revs[i].metadata.name.clone().unwrap_or_default();
+                let patch = Patch::Merge(json!({"revision": next}));
+                Arc::new(api.patch(&name, &patch).await?)
+            }
+            Found::New => {
+                let labels = spec
+                    .template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.labels.as_ref());
+                let mut created = None;
+                // A name taken by other data is a hash collision: count it and try again.
+                for _ in 0..5 {
+                    let rev = history::new_revision(
+                        "apps/v1",
+                        "StatefulSet",
+                        &set.metadata,
+                        labels,
+                        data.clone(),
+                        next,
+                        collisions,
+                    );
+                    match api.create(&rev).await {
+                        Ok(r) => {
+                            created = Some(Arc::new(r));
+                            break;
+                        }
+                        Err(e) if e.is_already_exists() => {
+                            let name = rev.metadata.name.as_deref().unwrap_or_default();
+                            let existing = api.get(name).await?;
+                            if existing.data.as_ref().map(|d| &d.0) == Some(&data)
+                                && controller_ref(&existing.metadata).is_some_and(|c| c.uid == uid)
+                            {
+                                // Ours, not yet in the cache.
+                                return Ok(None);
+                            }
+                            collisions += 1;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                match created {
+                    Some(r) => r,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let current_name = set
+            .status
+            .as_ref()
+            .and_then(|s| s.current_revision.as_deref());
+        let current = revs
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == current_name && current_name.is_some())
+            .cloned()
+            .unwrap_or_else(|| update.clone());
+        Ok(Some((current, update, collisions)))
+    }
+
+    /// Claims of the set's pods owned as the retention policy says.
+    async fn claim_owners(&self, set: &StatefulSet, pods: &[Arc<Pod>]) -> Result<(), Error> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+        let set_name = set.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(&self.ctx.client, ns);
+        for p in pods {
+            let Some(ord) = logic::ordinal(set_name, p) else {
+                continue;
+            };
+            for c in logic::claims_for(set, ord) {
+                let cname = c.metadata.name.unwrap_or_default();
+                let Some(claim) = self.ctx.claims.get_in(ns, &cname) else {
+                    continue;
+                };
+                if claim.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let existing = claim.metadata.owner_references.clone().unwrap_or_default();
+                let Some(owners) = logic::claim_owners(set, p, &existing) else {
+                    continue;
+                };
+                let patch = Patch::Merge(json!({"metadata": {
+                    "ownerReferences": owners,
+                    "resourceVersion": claim.metadata.resource_version,
+                }}));
+                match api.patch(&cname, &patch).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() || e.is_conflict() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        set: &StatefulSet,
+        api: &Api<Pod>,
+        pods: &[(Arc<Pod>, Why)],
+    ) -> Result<(), Error> {
+        if pods.is_empty() {
+            return Ok(());
+        }
+        let set_name = set.metadata.name.as_deref().unwrap_or_default();
+        self.expectations
+            .expect_deletions(key, pods.iter().map(|(p, _)| key_of(&**p)));
+        let results = join_all(pods.iter().map(|(p, _)| async move {
+            let dp = DeleteParams::with_uid(p.metadata.uid.as_deref().unwrap_or_default());
+            (
+                p,
+                api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
+                    .await,
+            )
+        }))
+        .await;
+        let mut failure = None;
+        for (p, r) in results {
+            let pod = p.metadata.name.as_deref().unwrap_or_default();
+            match r {
+                Ok(_) => self.recorder.normal(
+                    object_ref(set),
+                    "SuccessfulDelete",
+                    format!("delete Pod {pod} in StatefulSet {set_name} successful"),
+                ),
+                Err(e) => {
+                    self.expectations.deletion_observed(key, &key_of(&**p));
+                    if !e.is_not_found() && !e.is_conflict() {
+                        self.recorder.warning(
+                            object_ref(set),
+                            "FailedDelete",
+                            format!("delete Pod {pod} in StatefulSet {set_name} failed error: {e}"),
+                        );
+                        failure = Some(e);
+                    }
+                }
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Creates each pod after its missing claims, in slow-start batches.
+    async fn create(
+        &self,
+        key: &str,
+        set: &StatefulSet,
+        api: &Api<Pod>,
+        ords: &[(i32, bool)],
+        pods: Vec<Pod>,
+    ) -> Result<(), Error> {
+        if pods.is_empty() {
+            return Ok(());
+        }
+        self.expectations.expect_creations(key, pods.len());
+        let mut failure = None;
+        let mut left: Vec<(i32, Pod)> = ords.iter().map(|o| o.0).zip(pods).collect();
+        for batch in crate::replicaset::logic::slow_start_batches(left.len()) {
+            let now: Vec<(i32, Pod)> = left.drain(..batch.min(left.len())).collect();
+            let results = join_all(
+                now.iter()
+                    .map(|(ord, p)| self.create_one(set, api, *ord, p)),
+            )
+            .await;
+            for r in results {
+                if let Err(e) = r {
+                    self.expectations.creation_observed(key);
+                    failure = Some(e);
+                }
+            }
+            if failure.is_some() {
+                for _ in 0..left.len() {
+                    self.expectations.creation_observed(key);
+                }
+                break;
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    async fn create_one(
+        &self,
+        set: &StatefulSet,
+        api: &Api<Pod>,
+        ord: i32,
+        pod: &Pod,
+    ) -> Result<(), Error> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+        let set_name = set.metadata.name.as_deref().unwrap_or_default();
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(&self.ctx.client, ns);
+        for c in logic::claims_for(set, ord) {
+            let cname = c.metadata.name.clone().unwrap_or_default();
+            if self.ctx.claims.get_in(ns, &cname).is_some() {
+                continue;
+            }
+            match claims.create(&c).await {
+                Ok(_) => self.recorder.normal(
+                    object_ref(set),
+                    "SuccessfulCreate",
+                    format!(
+                        "create Claim {cname} Pod {pod_name} in StatefulSet {set_name} success"
+                    ),
+                ),
+                Err(e) if e.is_already_exists() => {}
+                Err(e) => {
+                    self.recorder.warning(
+                        object_ref(set),
+                        "FailedCreate",
+                        format!("create Claim {cname} for Pod {pod_name} in StatefulSet {set_name} failed error: {e}"),
+                    );
+                    return Err(e);
+                }
+            }
+        }
+        match api.create(pod).await {
+            Ok(_) => {
+                self.recorder.normal(
+                    object_ref(set),
+                    "SuccessfulCreate",
+                    format!("create Pod {pod_name} in StatefulSet {set_name} successful"),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                if !e.is_already_exists() {
+                    self.recorder.warning(
+                        object_ref(set),
+                        "FailedCreate",
+                        format!(
+                            "create Pod {pod_name} in StatefulSet {set_name} failed error: {e}"
+                        ),
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The set's revisions, oldest first.
+    fn owned_revisions(&self, set: &StatefulSet) -> Vec<Arc<ControllerRevision>> {
+        let uid = set.metadata.uid.as_deref().unwrap_or_default();
+        let mut revs: Vec<Arc<ControllerRevision>> = self
+            .ctx
+            .revisions
+            .by_index(index::OWNER_UID, uid)
+            .into_iter()
+            .filter(|r| controller_ref(&r.metadata).is_some_and(|c| c.uid == uid))
+            .collect();
+        history::sort(&mut revs);
+        revs
+    }
+
+    /// Deletes revisions past `revisionHistoryLimit` that neither the set nor a pod uses.
+    async fn prune(
+        &self,
+        set: &StatefulSet,
+        pods: &[Arc<Pod>],
+        current: &str,
+        update: &str,
+    ) -> Result<(), Error> {
+        let revs = self.owned_revisions(set);
+        let limit = set
+            .spec
+            .as_ref()
+            .and_then(|s| s.revision_history_limit)
+            .unwrap_or(10);
+        if revs.len() <= limit.max(0) as usize + 2 {
+            return Ok(());
+        }
+        let mut live: HashSet<&str> = [current, update].into();
+        live.extend(pods.iter().filter_map(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(history::HASH_LABEL))
+                .map(String::as_str)
+        }));
+        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<ControllerRevision> = Api::namespaced(&self.ctx.client, ns);
+        for r in history::to_prune(&revs, &live, limit) {
+            let name = r.metadata.name.as_deref().unwrap_or_default();
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
