@@ -10,8 +10,8 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-    ServiceAccount,
+    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    ReplicationController, Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -32,6 +32,7 @@ pub struct Ctx {
     pub metrics: Arc<Registry>,
     pub pods: Arc<Store<Pod>>,
     pub replicasets: Arc<Store<ReplicaSet>>,
+    pub replication_controllers: Arc<Store<ReplicationController>>,
     pub deployments: Arc<Store<Deployment>>,
     pub jobs: Arc<Store<Job>>,
     pub daemonsets: Arc<Store<DaemonSet>>,
@@ -130,6 +131,9 @@ impl Ctx {
         starts.push(s);
         let (replicasets, s) = informer(Api::<ReplicaSet>::all(&client), &metrics);
         starts.push(s);
+        let (replication_controllers, s) =
+            informer(Api::<ReplicationController>::all(&client), &metrics);
+        starts.push(s);
         let (deployments, s) = informer(Api::<Deployment>::all(&client), &metrics);
         starts.push(s);
         let (jobs, s) = informer(Api::<Job>::all(&client), &metrics);
@@ -181,6 +185,7 @@ impl Ctx {
             metrics,
             pods,
             replicasets,
+            replication_controllers,
             deployments,
             jobs,
             cronjobs,
@@ -214,6 +219,7 @@ impl Ctx {
     pub async fn wait_synced(&self) {
         self.pods.wait_synced().await;
         self.replicasets.wait_synced().await;
+        self.replication_controllers.wait_synced().await;
         self.deployments.wait_synced().await;
         self.jobs.wait_synced().await;
         self.cronjobs.wait_synced().await;

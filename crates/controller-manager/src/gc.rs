@@ -127,6 +127,7 @@ impl GarbageCollector {
         // The controllers' informers that see every object of their resource.
         gc.add_typed(&ctx.deployments);
         gc.add_typed(&ctx.replicasets);
+        gc.add_typed(&ctx.replication_controllers);
         gc.add_typed(&ctx.statefulsets);
         gc.add_typed(&ctx.daemonsets);
         gc.add_typed(&ctx.revisions);

@@ -32,21 +32,16 @@ pub fn template_of(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
     serde_json::from_value(t).ok()
 }
 
-/// Upstream's `HashControllerRevision`: FNV-1 (32 bits) over the data and the collision
-/// count, its decimal digits spelled in the safe alphabet (`6c5d4f8b9`-like).
+/// Upstream's `HashControllerRevision`: a 32-bit FNV hash over the data and the collision
+/// count, its decimal digits safe-encoded (`6c5d4f8b9`-like).
 pub fn hash(data: &Value, collision_count: i32) -> String {
-    let mut h: u32 = 0x811c9dc5;
+    use crate::deployment::logic::{fnv32a, safe_encode};
     let bytes = serde_json::to_vec(data).unwrap_or_default();
-    let count = collision_count.to_string();
-    for b in bytes.iter().chain(count.as_bytes()) {
-        h = h.wrapping_mul(0x01000193);
-        h ^= u32::from(*b);
-    }
-    const SAFE: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    h.to_string()
-        .bytes()
-        .map(|d| SAFE[usize::from(d) % SAFE.len()] as char)
-        .collect()
+    let h = fnv32a(
+        collision_count.to_string().as_bytes(),
+        fnv32a(&bytes, 2_166_136_261),
+    );
+    safe_encode(&h.to_string())
 }
 
 /// A new revision `number` of the owner (`api_version`/`kind`, `owner`) with `data`, labelled

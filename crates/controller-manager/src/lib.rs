@@ -21,6 +21,7 @@ pub mod objects;
 pub mod podcontrol;
 pub mod podgc;
 pub mod replicaset;
+pub mod revisions;
 pub mod rootca;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -31,6 +32,8 @@ pub mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::ReplicationController;
 use rkube_client::leader::{run_component, Settings};
 use rkube_client::Client;
 use rkube_daemon::health::Ready;
@@ -38,9 +41,10 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 20] = [
+pub const CONTROLLERS: [&str; 21] = [
     "deployment",
     "replicaset",
+    "replicationcontroller",
     "statefulset",
     "daemonset",
     "job",
@@ -184,7 +188,10 @@ async fn run_controllers(
         .then(|| deployment::DeploymentController::new(ctx.clone()));
     let replicasets = config
         .enabled("replicaset")
-        .then(|| replicaset::ReplicaSetController::new(ctx.clone()));
+        .then(|| replicaset::ReplicaSetController::<ReplicaSet>::new(ctx.clone()));
+    let replication = config
+        .enabled("replicationcontroller")
+        .then(|| replicaset::ReplicaSetController::<ReplicationController>::new(ctx.clone()));
     let jobs = config
         .enabled("job")
         .then(|| job::JobController::new(ctx.clone(), config.job_backoff));
@@ -267,6 +274,9 @@ async fn run_controllers(
         c.start(config.deployment_workers, shutdown.clone());
     }
     if let Some(c) = &replicasets {
+        c.start(config.replicaset_workers, shutdown.clone());
+    }
+    if let Some(c) = &replication {
         c.start(config.replicaset_workers, shutdown.clone());
     }
     if let Some(c) = &jobs {

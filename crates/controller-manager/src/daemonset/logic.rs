@@ -2,7 +2,8 @@
 //! (nodeSelector, required node affinity, taints against the template's tolerations plus the
 //! ones every daemon pod gets), which pods to create (one per node, bound to it by a
 //! `metadata.name` node-affinity term) or delete (misscheduled, duplicates, failed, and old
-//! templates within `maxUnavailable` on RollingUpdate), and the status.
+//! templates within `maxUnavailable` on RollingUpdate, or once the new pod beside them is
+//! available with `maxSurge`), and the status.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use rkube_api::taints::tolerated;
 
 use crate::replicaset::logic::{is_available, is_ready};
 
-pub const HASH_LABEL: &str = "controller-revision-hash";
+use crate::history::HASH_LABEL;
+
 pub const GENERATION_LABEL: &str = "pod-template-generation";
 
 /// The tolerations upstream adds to every daemon pod (`AddOrUpdateDaemonPodTolerations`).
@@ -70,19 +72,6 @@ pub fn should_run(spec: &PodSpec, tols: &[Toleration], node: &Node) -> (bool, bo
     (keep && !untolerated("NoSchedule"), keep)
 }
 
-/// A stable hash of the pod template (the `controller-revision-hash` label's value).
-pub fn template_hash(ds: &DaemonSet) -> String {
-    let t = ds.spec.as_ref().map(|s| &s.template);
-    let bytes = serde_json::to_vec(&t).unwrap_or_default();
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    // Upstream's revision hashes are short safe-encoded strings; ten hex digits read alike.
-    format!("{:010x}", h & 0xff_ffff_ffff)
-}
-
 fn phase(p: &Pod) -> &str {
     p.status
         .as_ref()
@@ -119,11 +108,17 @@ pub struct Plan {
     pub status: DaemonSetStatus,
 }
 
-/// The plan for `ds` over the cluster's `nodes` and the pods it controls.
-pub fn plan(ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -> Plan {
+/// The plan for `ds` over the cluster's `nodes` and the pods it controls; `hash`: its update
+/// revision's hash (what its up-to-date pods are labelled with).
+pub fn plan(
+    ds: &DaemonSet,
+    nodes: &[Arc<Node>],
+    pods: &[Arc<Pod>],
+    hash: &str,
+    now: DateTime<Utc>,
+) -> Plan {
     let spec = ds.spec.clone().unwrap_or_default();
     let pod_spec = spec.template.spec.clone().unwrap_or_default();
-    let hash = template_hash(ds);
     let tols = daemon_tolerations(&pod_spec);
     let mrs = spec.min_ready_seconds.unwrap_or(0);
     let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
@@ -144,10 +139,32 @@ pub fn plan(ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTim
             .unwrap_or("");
         by_node.entry(node).or_default().push(p);
     }
+    let rolling = spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.type_.as_deref())
+        .unwrap_or("RollingUpdate")
+        == "RollingUpdate";
+    let ru = spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref());
+    let desired_nodes = nodes
+        .iter()
+        .filter(|n| should_run(&pod_spec, &tols, n).0)
+        .count() as i32;
+    let max_surge = if rolling {
+        scaled(ru.and_then(|r| r.max_surge.as_ref()), desired_nodes, 0)
+    } else {
+        0
+    };
     let (mut desired, mut current, mut misscheduled, mut ready, mut available, mut updated) =
         (0, 0, 0, 0, 0, 0);
     // Old pods by node that RollingUpdate may replace: (available?, pod).
     let mut old: Vec<(bool, Arc<Pod>)> = Vec::new();
+    // maxSurge: nodes whose available old pod may get a new one beside it, and how many
+    // nodes are surging already.
+    let (mut surge_candidates, mut surging) = (Vec::new(), 0);
     for n in nodes {
         let name = n.metadata.name.as_deref().unwrap_or_default();
         let (run, keep) = should_run(&pod_spec, &tols, n);
@@ -167,41 +184,65 @@ pub fn plan(ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTim
         if !run {
             continue;
         }
-        match here.split_first() {
-            None => plan.create.push(name.to_string()),
-            Some((first, extra)) => {
-                plan.delete.extend(extra.iter().map(|p| (*p).clone()));
-                current += 1;
-                if is_ready(first) {
-                    ready += 1;
-                }
-                let avail = is_available(first, mrs, now);
-                if avail {
-                    available += 1;
-                }
-                if hash_of(first) == Some(hash.as_str()) {
-                    updated += 1;
+        let Some(first) = here.first() else {
+            plan.create.push(name.to_string());
+            continue;
+        };
+        // The node's status counts go by its oldest pod, as upstream's.
+        current += 1;
+        if is_ready(first) {
+            ready += 1;
+        }
+        if is_available(first, mrs, now) {
+            available += 1;
+        }
+        if hash_of(first) == Some(hash) {
+            updated += 1;
+        }
+        if max_surge == 0 {
+            // One pod per node: the oldest stays, the rest go.
+            plan.delete.extend(here[1..].iter().map(|p| (*p).clone()));
+            if hash_of(first) != Some(hash) {
+                old.push((is_available(first, mrs, now), (*first).clone()));
+            }
+            continue;
+        }
+        // Surging: at most the oldest new and the oldest old pod stay.
+        let (mut new_pod, mut old_pod) = (None, None);
+        for p in &here {
+            let slot = if hash_of(p) == Some(hash) {
+                &mut new_pod
+            } else {
+                &mut old_pod
+            };
+            if slot.is_none() {
+                *slot = Some(*p);
+            } else {
+                plan.delete.push((*p).clone());
+            }
+        }
+        match (new_pod, old_pod) {
+            (Some(new), Some(old)) => {
+                if !is_ready(old) || is_available(new, mrs, now) {
+                    plan.delete.push(old.clone());
                 } else {
-                    old.push((avail, (*first).clone()));
+                    surging += 1;
                 }
             }
+            (None, Some(old)) if !is_available(old, mrs, now) => {
+                plan.create.push(name.to_string());
+            }
+            (None, Some(_)) => surge_candidates.push(name.to_string()),
+            _ => {}
         }
     }
     // Pods on nodes that no longer exist.
     for (_, ps) in by_node {
         plan.delete.extend(ps.into_iter().cloned());
     }
-    let rolling = spec
-        .update_strategy
-        .as_ref()
-        .and_then(|s| s.type_.as_deref())
-        .unwrap_or("RollingUpdate")
-        == "RollingUpdate";
+    let room = usize::try_from(max_surge - surging).unwrap_or(0);
+    plan.create.extend(surge_candidates.into_iter().take(room));
     if rolling && !old.is_empty() {
-        let ru = spec
-            .update_strategy
-            .as_ref()
-            .and_then(|s| s.rolling_update.as_ref());
         let max_unavailable =
             scaled(ru.and_then(|r| r.max_unavailable.as_ref()), desired, 1).max(1);
         let unavailable = desired - available;
@@ -307,15 +348,16 @@ mod tests {
             ),
             node("cp", json!({"role": "control-plane"}), json!([])),
         ];
-        let h = template_hash(&d);
+        let h = "h1";
         let p = plan(
             &d,
             &nodes,
             &[
-                pod("a-1", "w1", &h, true),
-                pod("a-dup", "w1", &h, true),
-                pod("a-cp", "cp", &h, true),
+                pod("a-1", "w1", h, true),
+                pod("a-dup", "w1", h, true),
+                pod("a-cp", "cp", h, true),
             ],
+            h,
             rkube_client::now(),
         );
         assert_eq!(
@@ -353,13 +395,13 @@ mod tests {
         let pods: Vec<Arc<Pod>> = (0..4)
             .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "old", true))
             .collect();
-        let p = plan(&d, &nodes, &pods, rkube_client::now());
+        let p = plan(&d, &nodes, &pods, "new", rkube_client::now());
         assert_eq!(p.delete.len(), 1, "maxUnavailable 1");
         assert_eq!(p.status.updated_number_scheduled, Some(0));
         // One node already without an available pod: nothing more goes.
         let mut pods = pods;
         pods[0] = pod("p0", "n0", "old", false);
-        let p = plan(&d, &nodes, &pods, rkube_client::now());
+        let p = plan(&d, &nodes, &pods, "new", rkube_client::now());
         assert_eq!(
             p.delete
                 .iter()
@@ -368,5 +410,44 @@ mod tests {
             ["p0"]
         );
         assert_eq!(scaled(Some(&IntOrString::String("25%".into())), 10, 1), 3);
+    }
+
+    #[test]
+    fn max_surge_starts_new_pods_beside_old_ones() {
+        let mut d = ds(json!({"containers": [{"name": "c", "image": "agent:2"}]}));
+        d.spec.as_mut().unwrap().update_strategy = serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+        )
+        .unwrap();
+        let nodes: Vec<Arc<Node>> = (0..3)
+            .map(|i| node(&format!("n{i}"), json!({}), json!([])))
+            .collect();
+        let names = |v: &[Arc<Pod>]| {
+            v.iter()
+                .map(|p| p.metadata.name.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let old: Vec<Arc<Pod>> = (0..3)
+            .map(|i| pod(&format!("o{i}"), &format!("n{i}"), "old", true))
+            .collect();
+        // One new pod beside an old one; none deleted yet.
+        let p = plan(&d, &nodes, &old, "new", rkube_client::now());
+        assert_eq!(p.create, ["n0"]);
+        assert!(p.delete.is_empty());
+        // While it is not ready, nothing more happens.
+        let mut pods = old.clone();
+        pods.push(pod("x0", "n0", "new", false));
+        let p = plan(&d, &nodes, &pods, "new", rkube_client::now());
+        assert!(p.create.is_empty() && p.delete.is_empty());
+        assert_eq!(p.status.current_number_scheduled, 3);
+        // Ready: the old pod there goes and the next node surges.
+        pods[3] = pod("x0", "n0", "new", true);
+        let p = plan(&d, &nodes, &pods, "new", rkube_client::now());
+        assert_eq!(names(&p.delete), ["o0"]);
+        assert_eq!(p.create, ["n1"]);
+        // An unavailable old pod is replaced at once, beyond the surge.
+        pods[1] = pod("o1", "n1", "old", false);
+        let p = plan(&d, &nodes, &pods, "new", rkube_client::now());
+        assert_eq!(p.create, ["n1", "n2"]);
     }
 }

@@ -1,10 +1,13 @@
 //! The DaemonSet controller: one pod per eligible node, added and removed as nodes come, go
-//! and change, replaced on template changes by RollingUpdate (within `maxUnavailable`) or
-//! left for OnDelete, with upstream's status counts. Decisions live in `logic`; this file
-//! wires node, pod and DaemonSet events to the queue and performs the API calls.
+//! and change, replaced on template changes by RollingUpdate (within `maxUnavailable`, or
+//! `maxSurge` new pods started beside old ones) or left for OnDelete, with upstream's status
+//! counts and a revision history (`kubectl rollout history|undo`). Decisions live in `logic`
+//! and `history`; this file wires node, pod and DaemonSet events to the queue and performs the
+//! API calls.
 
 pub mod logic;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -23,6 +26,7 @@ use crate::expectations::Expectations;
 use crate::objects::controller_ref;
 use crate::podcontrol;
 use crate::worker::Reconciled;
+use crate::{history, revisions};
 
 pub struct DaemonSetController {
     ctx: Arc<Ctx>,
@@ -94,8 +98,33 @@ impl DaemonSetController {
             .into_iter()
             .filter(|p| controller_ref(&p.metadata).is_some_and(|r| r.uid == uid))
             .collect();
+        let revs = revisions::owned(&self.ctx, &ds.metadata);
+        let spec = ds.spec.clone().unwrap_or_default();
+        let owner = revisions::Owner {
+            kind: "DaemonSet",
+            meta: &ds.metadata,
+            template: &spec.template,
+            collisions: ds
+                .status
+                .as_ref()
+                .and_then(|s| s.collision_count)
+                .unwrap_or(0),
+        };
+        let Some((update, collisions)) =
+            revisions::update_revision(&self.ctx, &owner, &revs).await?
+        else {
+            return Ok(Some(std::time::Duration::from_millis(100)));
+        };
+        let hash = update
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(history::HASH_LABEL))
+            .cloned()
+            .unwrap_or_default();
         let nodes = self.ctx.nodes.list();
-        let plan = logic::plan(&ds, &nodes, &pods, rkube_client::now());
+        let mut plan = logic::plan(&ds, &nodes, &pods, &hash, rkube_client::now());
+        plan.status.collision_count = Some(collisions).filter(|c| *c > 0);
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         if needs_sync && ds.metadata.deletion_timestamp.is_none() {
             let owner = podcontrol::Owner {
@@ -108,7 +137,6 @@ impl DaemonSetController {
                 podcontrol::delete(&owner, &api, &plan.delete).await?;
             }
             if !plan.create.is_empty() {
-                let hash = logic::template_hash(&ds);
                 let pods: Vec<Pod> = plan
                     .create
                     .iter()
@@ -117,6 +145,17 @@ impl DaemonSetController {
                 podcontrol::create(&owner, &api, &pods).await?;
             }
         }
+        // The update revision and every pod's stay; older ones past the limit go.
+        let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
+        let live_names: Vec<String> = pods
+            .iter()
+            .filter_map(|p| p.metadata.labels.as_ref()?.get(history::HASH_LABEL))
+            .map(|h| format!("{ds_name}-{h}"))
+            .collect();
+        let mut live: HashSet<&str> = live_names.iter().map(String::as_str).collect();
+        live.insert(update.metadata.name.as_deref().unwrap_or_default());
+        let limit = spec.revision_history_limit.unwrap_or(10);
+        revisions::prune(&self.ctx, ns, &revs, &live, limit).await?;
         if ds.status.as_ref() != Some(&plan.status) {
             let patch = Patch::Merge(json!({"status": plan.status}));
             match Api::<DaemonSet>::namespaced(&self.ctx.client, ns)
@@ -154,7 +193,7 @@ impl DaemonSetController {
             node_selector_terms: vec![term],
         });
         let mut labels = tm.labels.unwrap_or_default();
-        labels.insert(logic::HASH_LABEL.into(), hash.into());
+        labels.insert(history::HASH_LABEL.into(), hash.into());
         labels.insert(
             logic::GENERATION_LABEL.into(),
             ds.metadata.generation.unwrap_or(1).to_string(),

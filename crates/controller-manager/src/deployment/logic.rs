@@ -38,8 +38,8 @@ pub fn safe_encode(s: &str) -> String {
         .collect()
 }
 
-/// FNV-1a, 32 bits.
-fn fnv32a(data: &[u8], mut h: u32) -> u32 {
+/// FNV-1a, 32 bits, continuing from `h` (2166136261 to start).
+pub fn fnv32a(data: &[u8], mut h: u32) -> u32 {
     for b in data {
         h ^= u32::from(*b);
         h = h.wrapping_mul(16_777_619);

@@ -1,10 +1,12 @@
 //! The Job controller's decisions, without I/O (upstream's `syncJob` and
 //! `trackJobStatusAndRemoveFinalizers`): which finished pods to record as uncounted and then
 //! release from the `batch.kubernetes.io/job-tracking` finalizer, the counts that follow, the
-//! conditions (SuccessCriteriaMet → Complete, FailureTarget → Failed, Suspended), and which pods
-//! to create (with their completion index) or delete.
+//! conditions (SuccessCriteriaMet → Complete, by completions or a `successPolicy`; FailureTarget
+//! → Failed; Suspended), failed indexes under `backoffLimitPerIndex`, and which pods to create
+//! (with their completion index, after a back-off per Job or per index) or delete, replacing
+//! terminating pods at once or only once they failed (`podReplacementPolicy`).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ use crate::replicaset::logic::is_ready;
 
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 pub const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
+/// The failures of a pod's index before it (`backoffLimitPerIndex`), on the pod.
+pub const INDEX_FAILURE_KEY: &str = "batch.kubernetes.io/job-index-failure-count";
 /// Upstream's `DefaultJobPodFailureBackOff` and its cap.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(360);
@@ -37,6 +41,9 @@ pub struct Plan {
     pub status: JobStatus,
     pub delete: Vec<Arc<Pod>>,
     pub create: Vec<Option<i32>>,
+    /// The failures so far of indexes created anew (`backoffLimitPerIndex`), for their pods'
+    /// `job-index-failure-count` annotation.
+    pub index_failures: BTreeMap<i32, i32>,
     pub requeue: Option<Duration>,
     pub events: Vec<Event>,
 }
@@ -140,10 +147,11 @@ pub fn format_indexes(set: &BTreeSet<i32>) -> String {
         while it.peek() == Some(&(end + 1)) {
             end = it.next().unwrap_or(end);
         }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
+        // As upstream: a pair is written `1,2`, three or more `1-3`.
+        parts.push(match end - start {
+            0 => start.to_string(),
+            1 => format!("{start},{end}"),
+            _ => format!("{start}-{end}"),
         });
     }
     parts.join(",")
@@ -231,6 +239,82 @@ pub fn failure_rule(policy: &PodFailurePolicy, p: &Pod) -> Option<(&'static str,
     None
 }
 
+/// Failures per index under `backoffLimitPerIndex`, from the pods still there: each pod carries
+/// its index's failures before it; a failed pod adds one unless a pod failure policy ignores
+/// it. An index fails past the limit, or at once by a `FailIndex` rule.
+#[derive(Debug, Default)]
+struct IndexFailures {
+    count: BTreeMap<i32, i32>,
+    last: BTreeMap<i32, DateTime<Utc>>,
+    failed: BTreeSet<i32>,
+}
+
+fn index_failures(
+    pods: &[Arc<Pod>],
+    policy: Option<&PodFailurePolicy>,
+    limit: i32,
+    completions: i32,
+    now: DateTime<Utc>,
+) -> IndexFailures {
+    let mut out = IndexFailures::default();
+    for p in pods {
+        let Some(i) = completion_index(p).filter(|i| *i < completions) else {
+            continue;
+        };
+        let before = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(INDEX_FAILURE_KEY))
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(0)
+            .max(0);
+        let mut count = before;
+        if phase(p) == "Failed" {
+            match policy.and_then(|pol| failure_rule(pol, p)).map(|r| r.0) {
+                Some("Ignore") => {}
+                Some("FailIndex") => {
+                    count += 1;
+                    out.failed.insert(i);
+                }
+                _ => count += 1,
+            }
+            let at = failed_at(p, now);
+            let last = out.last.entry(i).or_insert(at);
+            *last = (*last).max(at);
+        }
+        let c = out.count.entry(i).or_insert(0);
+        *c = (*c).max(count);
+        if *c > limit {
+            out.failed.insert(i);
+        }
+    }
+    out
+}
+
+/// The first `successPolicy` rule the succeeded indexes meet: upstream's message.
+pub fn success_rule(
+    policy: &k8s_openapi::api::batch::v1::SuccessPolicy,
+    completions: i32,
+    completed: &BTreeSet<i32>,
+) -> Option<String> {
+    if completed.is_empty() {
+        return None;
+    }
+    policy.rules.iter().enumerate().find_map(|(i, r)| {
+        let met = match (&r.succeeded_indexes, r.succeeded_count) {
+            (Some(idx), count) => {
+                let required = parse_indexes(idx, completions);
+                let done = required.intersection(completed).count();
+                !required.is_empty() && count.map_or(done == required.len(), |c| done as i32 >= c)
+            }
+            (None, Some(c)) => completed.len() as i32 >= c,
+            (None, None) => false,
+        };
+        met.then(|| format!("Matched rules at index {i}"))
+    })
+}
+
 /// The backoff before the next pod after `failures` failures (10 s, 20 s, 40 s … 6 min).
 pub fn backoff(base: Duration, failures: i32) -> Duration {
     if failures <= 0 {
@@ -275,6 +359,8 @@ pub fn plan(
         BTreeSet::new()
     };
     let policy = spec.pod_failure_policy.as_ref();
+    // `podReplacementPolicy: Failed`: only pods that reached Failed count as failures.
+    let only_failed = spec.pod_replacement_policy.as_deref() == Some("Failed");
     let mut fail_job: Option<String> = None;
     let mut newly = false;
     let mut last_failure: Option<DateTime<Utc>> = None;
@@ -296,9 +382,15 @@ pub fn plan(
         let succeeded = phase(p) == "Succeeded";
         // Once the Job is failing, every pod that has not succeeded counts as failed.
         // Pods stopped on success, or deleted while suspended, are not failures.
-        // With a pod failure policy only terminal failures count (upstream).
+        // With a pod failure policy, or `podReplacementPolicy: Failed`, only terminal failures
+        // count (upstream's `isPodFailed`).
         let failed = phase(p) == "Failed"
-            || (policy.is_none() && pod_deleting && !succeeded && !suspended && !success_target)
+            || (policy.is_none()
+                && !only_failed
+                && pod_deleting
+                && !succeeded
+                && !suspended
+                && !success_target)
             || (failing_target && !terminal);
         if done.is_some() || deleting {
             plan.finalize.push(p.clone());
@@ -334,6 +426,18 @@ pub fn plan(
         let s = format_indexes(&completed);
         st.completed_indexes = (!s.is_empty()).then_some(s);
     }
+    let per_index = spec.backoff_limit_per_index.filter(|_| indexed);
+    let index_failed = per_index.map(|limit| {
+        let mut f = index_failures(pods, policy, limit, completions.unwrap_or(0), now);
+        f.failed.extend(parse_indexes(
+            st.failed_indexes.as_deref().unwrap_or(""),
+            completions.unwrap_or(0),
+        ));
+        // A completed index never fails afterwards.
+        f.failed.retain(|i| !completed.contains(i));
+        st.failed_indexes = Some(format_indexes(&f.failed));
+        f
+    });
     if newly {
         uncounted.succeeded = Some(unc_ok.clone());
         uncounted.failed = Some(unc_failed.clone());
@@ -377,11 +481,22 @@ pub fn plan(
     };
     let mut target: Option<(bool, &'static str, String)> = None; // (success, reason, message)
     if success_target {
-        target = Some((
-            true,
-            "CompletionsReached",
-            "Reached expected number of succeeded pods".into(),
-        ));
+        let c = st
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "SuccessCriteriaMet")
+            .cloned()
+            .unwrap_or_default();
+        target = Some(if c.reason.as_deref() == Some("SuccessPolicy") {
+            (true, "SuccessPolicy", c.message.unwrap_or_default())
+        } else {
+            (
+                true,
+                "CompletionsReached",
+                "Reached expected number of succeeded pods".into(),
+            )
+        });
     } else if failing_target {
         let c = st
             .conditions
@@ -393,6 +508,16 @@ pub fn plan(
         let (c, m) = (c.reason.unwrap_or_default(), c.message.unwrap_or_default());
         target = Some(if c == "PodFailurePolicy" {
             (false, "PodFailurePolicy", m)
+        } else if c == "MaxFailedIndexesExceeded" || c == "FailedIndexes" {
+            (
+                false,
+                if c == "FailedIndexes" {
+                    "FailedIndexes"
+                } else {
+                    "MaxFailedIndexesExceeded"
+                },
+                m,
+            )
         } else if c == "DeadlineExceeded" {
             (
                 false,
@@ -421,24 +546,40 @@ pub fn plan(
                     .as_ref()
                     .is_some_and(|s| s.0 + k8s_openapi::chrono::Duration::seconds(d) <= now)
             });
-        if complete {
-            target = Some((
-                true,
-                "CompletionsReached",
-                "Reached expected number of succeeded pods".into(),
-            ));
+        let by_policy = spec
+            .success_policy
+            .as_ref()
+            .filter(|_| indexed)
+            .and_then(|sp| success_rule(sp, completions.unwrap_or(0), &completed));
+        let failed_indexes = index_failed.as_ref().map_or(0, |f| f.failed.len() as i32);
+        if complete || by_policy.is_some() {
+            let (reason, message) = match by_policy.filter(|_| !complete) {
+                Some(m) => ("SuccessPolicy", m),
+                None => (
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods".to_string(),
+                ),
+            };
             set_condition(
                 &mut st,
-                condition(
-                    "SuccessCriteriaMet",
-                    true,
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
-                    now,
-                ),
+                condition("SuccessCriteriaMet", true, reason, &message, now),
             );
+            target = Some((true, reason, message));
         } else if let Some(message) = fail_job {
             target = Some((false, "PodFailurePolicy", message));
+        } else if spec
+            .max_failed_indexes
+            .is_some_and(|m| failed_indexes > m && index_failed.is_some())
+        {
+            target = Some((
+                false,
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes".into(),
+            ));
+        } else if failed_indexes > 0
+            && completed.len() as i32 + failed_indexes >= completions.unwrap_or(0)
+        {
+            target = Some((false, "FailedIndexes", "Job has failed indexes".into()));
         } else if failed > spec.backoff_limit.unwrap_or(6) {
             target = Some((
                 false,
@@ -510,26 +651,73 @@ pub fn plan(
 
     // 4. Pods to create or delete.
     let parallelism = spec.parallelism.unwrap_or(1).max(0);
-    let wait = last_failure.and_then(|at| {
+    let wait_after = |at: DateTime<Utc>, failures: i32| {
         let ready_at =
-            at + k8s_openapi::chrono::Duration::from_std(backoff(backoff_base, failed)).ok()?;
+            at + k8s_openapi::chrono::Duration::from_std(backoff(backoff_base, failures)).ok()?;
         (ready_at - now).to_std().ok().filter(|d| !d.is_zero())
-    });
+    };
+    // Per index, each index backs off on its own failures.
+    let mut wait = match &index_failed {
+        Some(_) => None,
+        None => last_failure.and_then(|at| wait_after(at, failed)),
+    };
+    // `podReplacementPolicy: Failed`: a terminating pod holds its place until it has failed.
+    let holding: Vec<&Arc<Pod>> = if spec.pod_replacement_policy.as_deref() == Some("Failed") {
+        pods.iter()
+            .filter(|p| {
+                !matches!(phase(p), "Succeeded" | "Failed")
+                    && p.metadata.deletion_timestamp.is_some()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     if indexed {
         let c = completions.unwrap_or(0);
-        let mut running = BTreeSet::new();
+        let failed_set = index_failed.as_ref().map(|f| &f.failed);
+        let mut running: BTreeSet<i32> =
+            holding.iter().filter_map(|p| completion_index(p)).collect();
         for p in &active {
             match completion_index(p) {
-                // Duplicates, completed or out-of-range indexes: not needed.
-                Some(i) if i < c && !completed.contains(&i) && running.insert(i) => {}
+                // Duplicates, completed, failed or out-of-range indexes: not needed.
+                Some(i)
+                    if i < c
+                        && !completed.contains(&i)
+                        && !failed_set.is_some_and(|f| f.contains(&i))
+                        && running.insert(i) => {}
                 _ => plan.delete.push((*p).clone()),
             }
         }
         let room = (parallelism as usize).saturating_sub(running.len());
-        let pending = (0..c).filter(|i| !completed.contains(i) && !running.contains(i));
-        if wait.is_none() {
-            plan.create = pending.take(room.min(MAX_CREATE)).map(Some).collect();
+        let mut pending: Vec<i32> = Vec::new();
+        for i in 0..c {
+            if completed.contains(&i) || running.contains(&i) {
+                continue;
+            }
+            if let Some(f) = &index_failed {
+                if f.failed.contains(&i) {
+                    continue;
+                }
+                let count = f.count.get(&i).copied().unwrap_or(0);
+                if let Some(w) = f.last.get(&i).and_then(|at| wait_after(*at, count)) {
+                    wait = Some(wait.map_or(w, |x: Duration| x.min(w)));
+                    continue;
+                }
+                if count > 0 {
+                    plan.index_failures.insert(i, count);
+                }
+            }
+            pending.push(i);
         }
+        if wait.is_none() || index_failed.is_some() {
+            plan.create = pending
+                .into_iter()
+                .take(room.min(MAX_CREATE))
+                .map(Some)
+                .collect();
+        }
+        let created: BTreeSet<i32> = plan.create.iter().flatten().copied().collect();
+        plan.index_failures.retain(|i, _| created.contains(i));
     } else {
         let want = match completions {
             Some(c) => parallelism.min((c - succeeded).max(0)),
@@ -551,7 +739,8 @@ pub fn plan(
                 .cloned()
                 .collect();
         } else if wait.is_none() {
-            plan.create = vec![None; (want - active.len()).min(MAX_CREATE)];
+            let missing = want.saturating_sub(active.len() + holding.len());
+            plan.create = vec![None; missing.min(MAX_CREATE)];
         }
     }
     if let Some(w) = wait {
@@ -743,7 +932,7 @@ mod tests {
             pod("dup", "Running", Some(0), true),
         ];
         let p = plan(&j, &pods, now, BACKOFF_BASE, &HashSet::new());
-        assert_eq!(p.status.completed_indexes.as_deref(), Some("1-2"));
+        assert_eq!(p.status.completed_indexes.as_deref(), Some("1,2"));
         assert_eq!(
             p.delete
                 .iter()
@@ -758,6 +947,7 @@ mod tests {
         );
         assert_eq!(parse_indexes("0,2-4,9", 5), BTreeSet::from([0, 2, 3, 4]));
         assert_eq!(format_indexes(&BTreeSet::from([0, 2, 3, 4, 7])), "0,2-4,7");
+        assert_eq!(format_indexes(&BTreeSet::from([0, 1, 5, 6])), "0,1,5,6");
         assert_eq!(
             parse_indexes("0-2147483647", 3).len(),
             3,
@@ -863,5 +1053,138 @@ mod tests {
             cond(&p.status, "Failed").is_none(),
             "counted against backoffLimit only"
         );
+    }
+
+    /// A finished pod of `index` (already released), its index's failures before it, and the
+    /// exit code of its container `main`.
+    fn ended(name: &str, phase: &str, index: i32, before: i32, code: i32) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns", "uid": name,
+                "annotations": {INDEX_KEY: index.to_string(), INDEX_FAILURE_KEY: before.to_string()}},
+                "status": {"phase": phase, "containerStatuses": [{"name": "main", "image": "x",
+                    "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": code, "finishedAt": "2026-01-01T00:00:00Z"}}}]}}))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_success_policy_completes_an_indexed_job_early() {
+        let now = rkube_client::now();
+        let spec = json!({"completions": 5, "parallelism": 5, "completionMode": "Indexed",
+            "successPolicy": {"rules": [{"succeededIndexes": "0,2", "succeededCount": 2}, {"succeededCount": 4}]}});
+        let j = job(
+            spec.clone(),
+            json!({"startTime": now, "completedIndexes": "0,1", "succeeded": 2}),
+        );
+        let running = [
+            pod("r2", "Running", Some(2), true),
+            pod("r3", "Running", Some(3), true),
+            pod("r4", "Running", Some(4), true),
+        ];
+        let p = plan(&j, &running, now, BACKOFF_BASE, &HashSet::new());
+        assert!(
+            cond(&p.status, "SuccessCriteriaMet").is_none(),
+            "index 2 not yet"
+        );
+        let j = job(
+            spec.clone(),
+            json!({"startTime": now, "completedIndexes": "0,2", "succeeded": 2}),
+        );
+        let p = plan(&j, &running[1..], now, BACKOFF_BASE, &HashSet::new());
+        let c = cond(&p.status, "SuccessCriteriaMet").expect("rule 0 met");
+        assert_eq!(
+            (c.reason.as_deref(), c.message.as_deref()),
+            (Some("SuccessPolicy"), Some("Matched rules at index 0"))
+        );
+        assert_eq!(p.delete.len(), 2, "the rest are stopped");
+        assert!(cond(&p.status, "Complete").is_none(), "until they are gone");
+        // Nothing runs any more: Complete, with the policy's reason.
+        let j = job(spec, serde_json::to_value(&p.status).unwrap());
+        let p = plan(&j, &[], now, BACKOFF_BASE, &HashSet::new());
+        let c = cond(&p.status, "Complete").expect("complete");
+        assert_eq!(c.reason.as_deref(), Some("SuccessPolicy"));
+    }
+
+    #[test]
+    fn indexes_back_off_and_fail_on_their_own() {
+        let now = rkube_client::now();
+        let spec = json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+            "backoffLimitPerIndex": 1, "backoffLimit": 2147483647,
+            "podFailurePolicy": {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [7]}}]}});
+        let j = job(
+            spec.clone(),
+            json!({"startTime": now, "completedIndexes": "0", "succeeded": 1}),
+        );
+        // Index 1 failed once (its first failure, long ago): retried, its count carried on.
+        let pods = [
+            ended("a", "Failed", 1, 0, 1),
+            pod("r2", "Running", Some(2), true),
+        ];
+        let p = plan(&j, &pods, now, Duration::ZERO, &HashSet::new());
+        assert_eq!(p.create, [Some(1)]);
+        assert_eq!(p.index_failures.get(&1), Some(&1));
+        assert_eq!(p.status.failed_indexes.as_deref(), Some(""));
+        // Its second failure passes the limit: index 1 failed, not retried.
+        let pods = [
+            ended("a", "Failed", 1, 0, 1),
+            ended("b", "Failed", 1, 1, 1),
+            pod("r2", "Running", Some(2), true),
+        ];
+        let p = plan(&j, &pods, now, Duration::ZERO, &HashSet::new());
+        assert!(p.create.is_empty());
+        assert_eq!(p.status.failed_indexes.as_deref(), Some("1"));
+        assert!(
+            cond(&p.status, "FailureTarget").is_none(),
+            "index 2 still runs"
+        );
+        // Index 2 ends by FailIndex at its first failure: every index done, some failed.
+        let pods = [
+            ended("a", "Failed", 1, 0, 1),
+            ended("b", "Failed", 1, 1, 1),
+            ended("c", "Failed", 2, 0, 7),
+        ];
+        let p = plan(&j, &pods, now, Duration::ZERO, &HashSet::new());
+        assert_eq!(p.status.failed_indexes.as_deref(), Some("1,2"));
+        let c = cond(&p.status, "Failed").expect("failed");
+        assert_eq!(
+            (c.reason.as_deref(), c.message.as_deref()),
+            (Some("FailedIndexes"), Some("Job has failed indexes"))
+        );
+        // maxFailedIndexes stops the Job as soon as it is passed.
+        let mut strict = spec;
+        strict["maxFailedIndexes"] = json!(0);
+        let j = job(strict, json!({"startTime": now}));
+        let pods = [
+            ended("c", "Failed", 2, 0, 7),
+            pod("r0", "Running", Some(0), true),
+        ];
+        let p = plan(&j, &pods, now, Duration::ZERO, &HashSet::new());
+        let c = cond(&p.status, "FailureTarget").expect("failing");
+        assert_eq!(c.reason.as_deref(), Some("MaxFailedIndexesExceeded"));
+        assert_eq!(p.delete.len(), 1);
+    }
+
+    #[test]
+    fn replacement_waits_for_terminating_pods_when_asked() {
+        let now = rkube_client::now();
+        let mut gone = (*pod("t", "Running", None, true)).clone();
+        gone.metadata.deletion_timestamp = Some(Time(now));
+        let pods = [Arc::new(gone), pod("r", "Running", None, true)];
+        let spec = |policy: &str| json!({"completions": 4, "parallelism": 2, "podReplacementPolicy": policy});
+        let j = job(spec("TerminatingOrFailed"), json!({"startTime": now}));
+        assert_eq!(
+            plan(&j, &pods, now, Duration::ZERO, &HashSet::new())
+                .create
+                .len(),
+            1
+        );
+        let j = job(spec("Failed"), json!({"startTime": now}));
+        let p = plan(&j, &pods, now, Duration::ZERO, &HashSet::new());
+        assert!(
+            p.create.is_empty(),
+            "the terminating pod still holds its place"
+        );
+        assert_eq!(p.status.terminating, Some(1));
     }
 }

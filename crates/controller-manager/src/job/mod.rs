@@ -220,7 +220,10 @@ impl JobController {
             let pods: Vec<Pod> = plan
                 .create
                 .iter()
-                .map(|i| Self::pod_for(&job, *i))
+                .map(|i| {
+                    let failures = i.and_then(|i| plan.index_failures.get(&i).copied());
+                    Self::pod_for(&job, *i, failures)
+                })
                 .collect();
             podcontrol::create(&owner, &pods_api, &pods).await?;
         }
@@ -255,8 +258,9 @@ impl JobController {
         released.into_iter().collect()
     }
 
-    /// A pod of `job` with completion `index` (Indexed Jobs).
-    fn pod_for(job: &Job, index: Option<i32>) -> Pod {
+    /// A pod of `job` with completion `index` (Indexed Jobs) and the failures of that index
+    /// before it (`backoffLimitPerIndex`).
+    fn pod_for(job: &Job, index: Option<i32>, failures: Option<i32>) -> Pod {
         let name = job.metadata.name.clone().unwrap_or_default();
         let template = job
             .spec
@@ -273,6 +277,16 @@ impl JobController {
             Some(i) => {
                 labels.insert(INDEX_KEY.into(), i.to_string());
                 annotations.insert(INDEX_KEY.into(), i.to_string());
+                let per_index = job
+                    .spec
+                    .as_ref()
+                    .is_some_and(|s| s.backoff_limit_per_index.is_some());
+                if per_index {
+                    annotations.insert(
+                        logic::INDEX_FAILURE_KEY.into(),
+                        failures.unwrap_or(0).to_string(),
+                    );
+                }
                 if spec.hostname.is_none() {
                     spec.hostname = Some(format!("{name}-{i}"));
                 }

@@ -1,58 +1,126 @@
-//! The ReplicaSet controller: keeps `spec.replicas` active pods per set, adopting matching
-//! orphans and releasing pods that no longer match, and reports status. Decisions live in
-//! `logic`; this file wires informer events to the queue and performs the API calls.
+//! The ReplicaSet controller, which also runs ReplicationControllers (upstream's replication
+//! manager wraps it the same way): keeps `spec.replicas` active pods per set, adopting
+//! matching orphans and releasing pods that no longer match, and reports status. Decisions
+//! live in `logic` (over a ReplicaSet view of either kind); this file wires informer events to
+//! the queue and performs the API calls.
 
 pub mod logic;
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, ReplicationController};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
-use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
+use rkube_client::{Api, DeleteParams, Error, Patch, Resource, Store, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{controller_key, selecting, Ctx};
+use crate::context::{controller_key, Ctx};
 use crate::expectations::Expectations;
 use crate::objects::{controller_ref, labels_of, selector};
 use crate::worker::Reconciled;
 use logic::{is_active, Diff};
 
-pub struct ReplicaSetController {
+/// A kind the controller keeps replicas of, seen as a ReplicaSet.
+pub trait Set: Resource {
+    /// The work queue's and the workers' name.
+    const QUEUE: &'static str;
+    /// The event source.
+    const COMPONENT: &'static str;
+    fn store(ctx: &Ctx) -> &Arc<Store<Self>>;
+    fn view(&self) -> Cow<'_, ReplicaSet>;
+}
+
+impl Set for ReplicaSet {
+    const QUEUE: &'static str = "replicaset";
+    const COMPONENT: &'static str = "replicaset-controller";
+    fn store(ctx: &Ctx) -> &Arc<Store<Self>> {
+        &ctx.replicasets
+    }
+    fn view(&self) -> Cow<'_, ReplicaSet> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl Set for ReplicationController {
+    const QUEUE: &'static str = "replicationmanager";
+    const COMPONENT: &'static str = "replication-controller";
+    fn store(ctx: &Ctx) -> &Arc<Store<Self>> {
+        &ctx.replication_controllers
+    }
+    /// A ReplicationController as a ReplicaSet: its selector map as `matchLabels` (defaulted
+    /// from the template's labels by the apiserver).
+    fn view(&self) -> Cow<'_, ReplicaSet> {
+        let spec = self.spec.clone().unwrap_or_default();
+        let status = self.status.clone().map(|s| {
+            serde_json::from_value(serde_json::to_value(s).unwrap_or_default()).unwrap_or_default()
+        });
+        Cow::Owned(ReplicaSet {
+            metadata: self.metadata.clone(),
+            spec: Some(ReplicaSetSpec {
+                min_ready_seconds: spec.min_ready_seconds,
+                replicas: spec.replicas,
+                selector: LabelSelector {
+                    match_labels: Some(spec.selector.unwrap_or_default())
+                        .filter(|m: &BTreeMap<String, String>| !m.is_empty()),
+                    match_expressions: None,
+                },
+                template: spec.template,
+            }),
+            status,
+        })
+    }
+}
+
+pub struct ReplicaSetController<K: Set = ReplicaSet> {
     ctx: Arc<Ctx>,
     queue: Arc<WorkQueue<String>>,
     expectations: Expectations,
     recorder: rkube_client::events::Recorder,
+    kind: std::marker::PhantomData<K>,
 }
 
-/// The RS key a pod's controller reference points to, if that ReplicaSet is cached.
-fn owner_key(ctx: &Ctx, pod: &Pod) -> Option<String> {
-    controller_key(&ctx.replicasets, &pod.metadata)
+/// The set key a pod's controller reference points to, if that set is cached.
+fn owner_key<K: Set>(ctx: &Ctx, pod: &Pod) -> Option<String> {
+    controller_key(K::store(ctx), &pod.metadata)
 }
 
-/// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
-fn matching_sets(ctx: &Ctx, pod: &Pod) -> Vec<String> {
-    selecting(&ctx.replicasets, &pod.metadata, |rs: &ReplicaSet| {
-        rs.spec.as_ref().map(|s| &s.selector)
-    })
+/// Sets in the pod's namespace whose selector matches it (for orphans).
+fn matching_sets<K: Set>(ctx: &Ctx, pod: &Pod) -> Vec<String> {
+    let views: Vec<(String, LabelSelector)> = K::store(ctx)
+        .by_index(
+            index::NAMESPACE,
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        )
+        .iter()
+        .filter_map(|o| Some((key_of(&**o), o.view().spec.clone()?.selector)))
+        .collect();
+    let labels = labels_of(&pod.metadata);
+    views
+        .into_iter()
+        .filter(|(_, sel)| selector(Some(sel)).is_some_and(|s| s.matches(&labels)))
+        .map(|(k, _)| k)
+        .collect()
 }
 
-impl ReplicaSetController {
+impl<K: Set> ReplicaSetController<K> {
     pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
         let c = Arc::new(ReplicaSetController {
             ctx: ctx.clone(),
-            queue: WorkQueue::new("replicaset"),
+            queue: WorkQueue::new(K::QUEUE),
             expectations: Expectations::default(),
-            recorder: ctx.recorder.for_component("replicaset-controller"),
+            recorder: ctx.recorder.for_component(K::COMPONENT),
+            kind: std::marker::PhantomData,
         });
         let me = c.clone();
-        ctx.replicasets.on_change(move |ch| match ch {
+        K::store(&ctx).on_change(move |ch| match ch {
             Change::Added(rs) | Change::Updated { new: rs, .. } => me.queue.add(key_of(&**rs)),
             Change::Deleted(rs) => {
                 let k = key_of(&**rs);
@@ -71,13 +139,13 @@ impl ReplicaSetController {
                 if p.metadata.deletion_timestamp.is_some() {
                     return self.pod_gone(p);
                 }
-                match owner_key(&self.ctx, p) {
+                match owner_key::<K>(&self.ctx, p) {
                     Some(k) => {
                         self.expectations.creation_observed(&k);
                         self.queue.add(k);
                     }
                     None if controller_ref(&p.metadata).is_none() => {
-                        for k in matching_sets(&self.ctx, p) {
+                        for k in matching_sets::<K>(&self.ctx, p) {
                             self.queue.add(k);
                         }
                     }
@@ -90,8 +158,8 @@ impl ReplicaSetController {
                 {
                     self.pod_gone(new);
                 }
-                let old_owner = owner_key(&self.ctx, old);
-                let new_owner = owner_key(&self.ctx, new);
+                let old_owner = owner_key::<K>(&self.ctx, old);
+                let new_owner = owner_key::<K>(&self.ctx, new);
                 if old_owner != new_owner {
                     if let Some(k) = old_owner {
                         self.queue.add(k);
@@ -100,8 +168,9 @@ impl ReplicaSetController {
                 match new_owner {
                     Some(k) => {
                         // Availability changes after minReadySeconds: look again then.
-                        if let Some(rs) = self.ctx.replicasets.get(&k) {
-                            let mrs = rs
+                        if let Some(set) = K::store(&self.ctx).get(&k) {
+                            let mrs = set
+                                .view()
                                 .spec
                                 .as_ref()
                                 .and_then(|s| s.min_ready_seconds)
@@ -116,7 +185,7 @@ impl ReplicaSetController {
                         self.queue.add(k);
                     }
                     None if controller_ref(&new.metadata).is_none() => {
-                        for k in matching_sets(&self.ctx, new) {
+                        for k in matching_sets::<K>(&self.ctx, new) {
                             self.queue.add(k);
                         }
                     }
@@ -129,7 +198,7 @@ impl ReplicaSetController {
 
     fn pod_gone(&self, p: &Pod) {
         if let Some(r) = controller_ref(&p.metadata) {
-            if r.kind == "ReplicaSet" {
+            if r.kind == K::KIND {
                 let ns = p.metadata.namespace.as_deref().unwrap_or_default();
                 let k = format!("{ns}/{}", r.name);
                 self.expectations.deletion_observed(&k, &key_of(p));
@@ -139,14 +208,23 @@ impl ReplicaSetController {
     }
 
     pub fn start(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
-        crate::worker::serve!(self, "replicaset", workers, shutdown);
+        crate::worker::spawn_workers(
+            K::QUEUE,
+            self.queue.clone(),
+            workers,
+            &self.ctx.metrics,
+            shutdown,
+            self.clone(),
+            |me, key| async move { me.sync(&key).await },
+        );
     }
 
     async fn sync(&self, key: &str) -> Reconciled {
-        let Some(rs) = self.ctx.replicasets.get(key) else {
+        let Some(obj) = K::store(&self.ctx).get(key) else {
             self.expectations.forget(key);
             return Ok(None);
         };
+        let rs = obj.view();
         let (ns, name) = split_key(key);
         let Some(sel) = selector(rs.spec.as_ref().map(|s| &s.selector)) else {
             return Ok(None); // invalid selectors are rejected by validation
@@ -180,8 +258,8 @@ impl ReplicaSetController {
         if needs_sync && rs.metadata.deletion_timestamp.is_none() {
             let desired = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             match logic::diff(desired, &active) {
-                Diff::Create(n) => self.create_pods(key, &rs, n).await?,
-                Diff::Delete(names) => self.delete_pods(key, &rs, ns, &names).await?,
+                Diff::Create(n) => self.create_pods(key, &obj, &rs, n).await?,
+                Diff::Delete(names) => self.delete_pods(key, &obj, ns, &names).await?,
                 Diff::None => {}
             }
         }
@@ -191,7 +269,7 @@ impl ReplicaSetController {
         let status = logic::status(&rs, &active, now);
         if rs.status.as_ref() != Some(&status) {
             let patch = Patch::Merge(json!({"status": status}));
-            match Api::<ReplicaSet>::namespaced(&self.ctx.client, ns)
+            match Api::<K>::namespaced(&self.ctx.client, ns)
                 .patch_status(name, &patch)
                 .await
             {
@@ -229,14 +307,11 @@ impl ReplicaSetController {
                 labels: tm.labels,
                 annotations: tm.annotations,
                 finalizers: tm.finalizers,
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "apps/v1".into(),
-                    kind: "ReplicaSet".into(),
-                    name: rs.metadata.name.clone().unwrap_or_default(),
-                    uid: rs.metadata.uid.clone().unwrap_or_default(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]),
+                owner_references: Some(vec![crate::objects::controller_of(
+                    K::API_VERSION,
+                    K::KIND,
+                    &rs.metadata,
+                )]),
                 ..Default::default()
             },
             spec: template.spec,
@@ -244,7 +319,13 @@ impl ReplicaSetController {
         }
     }
 
-    async fn create_pods(&self, key: &str, rs: &ReplicaSet, n: usize) -> Result<(), Error> {
+    async fn create_pods(
+        &self,
+        key: &str,
+        obj: &K,
+        rs: &ReplicaSet,
+        n: usize,
+    ) -> Result<(), Error> {
         let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         let pod = Self::pod_from_template(rs);
@@ -260,7 +341,7 @@ impl ReplicaSetController {
                     Ok(p) => {
                         created += 1;
                         self.recorder.normal(
-                            object_ref(rs),
+                            object_ref(obj),
                             "SuccessfulCreate",
                             format!("Created pod: {}", p.metadata.name.unwrap_or_default()),
                         );
@@ -272,7 +353,7 @@ impl ReplicaSetController {
                             continue;
                         }
                         self.recorder.warning(
-                            object_ref(rs),
+                            object_ref(obj),
                             "FailedCreate",
                             format!("Error creating: {e}"),
                         );
@@ -295,7 +376,7 @@ impl ReplicaSetController {
     async fn delete_pods(
         &self,
         key: &str,
-        rs: &ReplicaSet,
+        obj: &K,
         ns: &str,
         names: &[String],
     ) -> Result<(), Error> {
@@ -322,7 +403,7 @@ impl ReplicaSetController {
         for (n, r) in results {
             match r {
                 Ok(_) => self.recorder.normal(
-                    object_ref(rs),
+                    object_ref(obj),
                     "SuccessfulDelete",
                     format!("Deleted pod: {n}"),
                 ),
@@ -331,7 +412,7 @@ impl ReplicaSetController {
                         .deletion_observed(key, &format!("{ns}/{n}"));
                     if !e.is_not_found() && e.code() != Some(409) {
                         self.recorder.warning(
-                            object_ref(rs),
+                            object_ref(obj),
                             "FailedDelete",
                             format!("Error deleting: {e}"),
                         );
@@ -345,14 +426,11 @@ impl ReplicaSetController {
 
     async fn adopt(&self, api: &Api<Pod>, p: &Pod, rs: &ReplicaSet) -> Result<Option<Pod>, Error> {
         let mut refs = p.metadata.owner_references.clone().unwrap_or_default();
-        refs.push(OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "ReplicaSet".into(),
-            name: rs.metadata.name.clone().unwrap_or_default(),
-            uid: rs.metadata.uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        });
+        refs.push(crate::objects::controller_of(
+            K::API_VERSION,
+            K::KIND,
+            &rs.metadata,
+        ));
         let patch = json!({"metadata": {"ownerReferences": refs, "uid": p.metadata.uid}});
         let name = p.metadata.name.as_deref().unwrap_or_default();
         match api.patch(name, &Patch::Merge(patch)).await {

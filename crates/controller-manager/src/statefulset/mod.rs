@@ -1,7 +1,7 @@
 //! The StatefulSet controller: pods with stable names, hostnames and claims, created and
 //! deleted in ordinal order (or in parallel), rolled by revision (ControllerRevisions, so
 //! `kubectl rollout history|undo` work), their claims owned as the retention policy says.
-//! Decisions live in `logic` (pods) and `history` (revisions); this file wires pod, claim and
+//! Decisions live in `logic` (pods) and `history` (revisions, written by `revisions`); this file wires pod, claim and
 //! StatefulSet events to the queue and performs the API calls.
 
 pub mod logic;
@@ -21,9 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{selecting, Ctx};
 use crate::expectations::Expectations;
-use crate::history::{self, Found};
+use crate::history;
 use crate::objects::{controller_ref, labels_of, selector};
 use crate::podcontrol;
+use crate::revisions;
 use crate::worker::Reconciled;
 use logic::Why;
 
@@ -101,7 +102,8 @@ impl StatefulSetController {
         if set.metadata.deletion_timestamp.is_none() {
             pods.extend(self.adopt(&set, &pods).await?);
         }
-        let Some((current, update, collisions)) = self.revisions(&set).await? else {
+        let revs = revisions::owned(&self.ctx, &set.metadata);
+        let Some((current, update, collisions)) = self.revisions(&set, &revs).await? else {
             return Ok(Some(Duration::from_millis(100)));
         };
         let (current_name, update_name) = (
@@ -145,7 +147,8 @@ impl StatefulSetController {
                 .collect();
             self.create(key, &set, &api, &plan.create, pods).await?;
         }
-        self.prune(&set, &pods, &current_name, &update_name).await?;
+        self.prune(&set, &revs, &pods, &current_name, &update_name)
+            .await?;
         let unchanged = set.status.as_ref().is_some_and(|s| {
             let mut s = s.clone();
             s.conditions = plan.status.conditions.clone();
@@ -215,74 +218,27 @@ impl StatefulSetController {
     }
 
     /// The current and update revisions and the collision count (upstream's
-    /// `getStatefulSetRevisions`): the revision equal to the template is reused (renumbered
-    /// when it is an older one, a rollback), else created. `None` while a just-written
-    /// revision is not yet in the cache.
+    /// `getStatefulSetRevisions`); `None` while a just-written revision is not yet cached.
     async fn revisions(
         &self,
         set: &StatefulSet,
+        revs: &[Arc<ControllerRevision>],
     ) -> Result<Option<(Arc<ControllerRevision>, Arc<ControllerRevision>, i32)>, Error> {
-        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
-        let uid = set.metadata.uid.as_deref().unwrap_or_default();
-        let revs = self.owned_revisions(set);
         let spec = set.spec.clone().unwrap_or_default();
-        let data = history::patch_of(&spec.template);
-        let mut collisions = set
-            .status
-            .as_ref()
-            .and_then(|s| s.collision_count)
-            .unwrap_or(0);
-        let api: Api<ControllerRevision> = Api::namespaced(&self.ctx.client, ns);
-        let next = history::next_number(&revs);
-        let update = match history::find(&revs, &data) {
-            Found::Latest(i) => revs[i].clone(),
-            Found::Older(i) => {
-                let name = revs[i].metadata.name.clone().unwrap_or_default();
-                let patch = Patch::Merge(json!({"revision": next}));
-                Arc::new(api.patch(&name, &patch).await?)
-            }
-            Found::New => {
-                let labels = spec
-                    .template
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.labels.as_ref());
-                let mut created = None;
-                // A name taken by other data is a hash collision: count it and try again.
-                for _ in 0..5 {
-                    let rev = history::new_revision(
-                        "apps/v1",
-                        "StatefulSet",
-                        &set.metadata,
-                        labels,
-                        data.clone(),
-                        next,
-                        collisions,
-                    );
-                    match api.create(&rev).await {
-                        Ok(r) => {
-                            created = Some(Arc::new(r));
-                            break;
-                        }
-                        Err(e) if e.is_already_exists() => {
-                            let name = rev.metadata.name.as_deref().unwrap_or_default();
-                            let existing = api.get(name).await?;
-                            if existing.data.as_ref().map(|d| &d.0) == Some(&data)
-                                && controller_ref(&existing.metadata).is_some_and(|c| c.uid == uid)
-                            {
-                                // Ours, not yet in the cache.
-                                return Ok(None);
-                            }
-                            collisions += 1;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                match created {
-                    Some(r) => r,
-                    None => return Ok(None),
-                }
-            }
+        let owner = revisions::Owner {
+            kind: "StatefulSet",
+            meta: &set.metadata,
+            template: &spec.template,
+            collisions: set
+                .status
+                .as_ref()
+                .and_then(|s| s.collision_count)
+                .unwrap_or(0),
+        };
+        let Some((update, collisions)) =
+            revisions::update_revision(&self.ctx, &owner, revs).await?
+        else {
+            return Ok(None);
         };
         let current_name = set
             .status
@@ -290,7 +246,7 @@ impl StatefulSetController {
             .and_then(|s| s.current_revision.as_deref());
         let current = revs
             .iter()
-            .find(|r| r.metadata.name.as_deref() == current_name && current_name.is_some())
+            .find(|r| current_name.is_some() && r.metadata.name.as_deref() == current_name)
             .cloned()
             .unwrap_or_else(|| update.clone());
         Ok(Some((current, update, collisions)))
@@ -475,37 +431,20 @@ impl StatefulSetController {
         }
     }
 
-    /// The set's revisions, oldest first.
-    fn owned_revisions(&self, set: &StatefulSet) -> Vec<Arc<ControllerRevision>> {
-        let uid = set.metadata.uid.as_deref().unwrap_or_default();
-        let mut revs: Vec<Arc<ControllerRevision>> = self
-            .ctx
-            .revisions
-            .by_index(index::OWNER_UID, uid)
-            .into_iter()
-            .filter(|r| controller_ref(&r.metadata).is_some_and(|c| c.uid == uid))
-            .collect();
-        history::sort(&mut revs);
-        revs
-    }
-
     /// Deletes revisions past `revisionHistoryLimit` that neither the set nor a pod uses.
     async fn prune(
         &self,
         set: &StatefulSet,
+        revs: &[Arc<ControllerRevision>],
         pods: &[Arc<Pod>],
         current: &str,
         update: &str,
     ) -> Result<(), Error> {
-        let revs = self.owned_revisions(set);
         let limit = set
             .spec
             .as_ref()
             .and_then(|s| s.revision_history_limit)
             .unwrap_or(10);
-        if revs.len() <= limit.max(0) as usize + 2 {
-            return Ok(());
-        }
         let mut live: HashSet<&str> = [current, update].into();
         live.extend(pods.iter().filter_map(|p| {
             p.metadata
@@ -515,15 +454,6 @@ impl StatefulSetController {
                 .map(String::as_str)
         }));
         let ns = set.metadata.namespace.as_deref().unwrap_or_default();
-        let api: Api<ControllerRevision> = Api::namespaced(&self.ctx.client, ns);
-        for r in history::to_prune(&revs, &live, limit) {
-            let name = r.metadata.name.as_deref().unwrap_or_default();
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        revisions::prune(&self.ctx, ns, revs, &live, limit).await
     }
 }

@@ -13,6 +13,20 @@ fn apply(c: &Cluster, k: &Kubectl<'_>, name: &str, text: &str) {
     k.ok(&["apply", "-f", &manifest(c, name, text)]);
 }
 
+/// `kubectl rollout history` of `obj` lists revisions 1 and 2, the first with `first_image`;
+/// `rollout undo` goes back to it and its rollout completes.
+fn history_then_undo(k: &Kubectl<'_>, obj: &str, first_image: &str) {
+    let history = k.ok(&["rollout", "history", obj]);
+    contains(&history, "1 ");
+    contains(&history, "2 ");
+    contains(
+        &k.ok(&["rollout", "history", obj, "--revision=1"]),
+        first_image,
+    );
+    k.ok(&["rollout", "undo", obj]);
+    k.ok(&["rollout", "status", obj, "--timeout=90s"]);
+}
+
 /// The names of the pods of Job `job`.
 fn job_pods(k: &Kubectl<'_>, job: &str) -> String {
     k.jsonpath(
@@ -200,6 +214,21 @@ spec:
 ---
 apiVersion: batch/v1
 kind: Job
+metadata: {name: perindex}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  backoffLimitPerIndex: 0
+  template:
+    metadata:
+      annotations: {sim.rkube.io/exit-code: "1"}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox}]
+---
+apiVersion: batch/v1
+kind: Job
 metadata: {name: shortlived}
 spec:
   ttlSecondsAfterFinished: 0
@@ -253,6 +282,20 @@ spec:
     contains(
         &k.ok(&["describe", "job", "doomed"]),
         "BackoffLimitExceeded",
+    );
+    // Each index on its own back-off limit: both fail, the Job fails by its failed indexes.
+    k.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/perindex",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        k.jsonpath(
+            &["job", "perindex"],
+            "{.status.failedIndexes} {.status.conditions[?(@.type==\"Failed\")].reason}"
+        ),
+        "0,1 FailedIndexes"
     );
 
     // A CronJob every second: its Jobs run and complete, history is trimmed to one.
@@ -410,18 +453,42 @@ spec:
     // A new template rolls out node by node.
     k.ok(&["set", "image", "daemonset/agent", "agent=fluent-bit:2"]);
     k.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
-    eventually("every pod on the new image", || {
+    let all_on = |image: &str| {
         let images = k.jsonpath(
             &["pods", "-l", "app=agent"],
             "{.items[*].spec.containers[0].image}",
         );
-        images
-            .split_whitespace()
-            .filter(|i| *i == "fluent-bit:2")
-            .count()
-            == 3
+        images.split_whitespace().filter(|i| *i == image).count() == 3
             && images.split_whitespace().count() == 3
+    };
+    eventually("every pod on the new image", || all_on("fluent-bit:2"));
+    // Its history, and undo back to the first template.
+    history_then_undo(&k, "daemonset/agent", "fluent-bit:1");
+    eventually("every pod back on the first image", || {
+        all_on("fluent-bit:1")
     });
+    // maxSurge: the new pod starts beside the old one on each node.
+    k.ok(&[
+        "patch",
+        "daemonset",
+        "agent",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"updateStrategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}},"template":{"spec":{"containers":[{"name":"agent","image":"fluent-bit:3"}]}}}}"#,
+    ]);
+    k.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
+    eventually("every pod on the surged image", || all_on("fluent-bit:3"));
+    let hash = k.jsonpath(
+        &["pods", "-l", "app=agent"],
+        "{.items[0].metadata.labels.controller-revision-hash}",
+    );
+    assert_eq!(
+        k.jsonpath(
+            &["controllerrevisions", &format!("agent-{hash}")],
+            "{.revision}"
+        ),
+        "4"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,15 +632,7 @@ spec:
         ),
         update
     );
-    let history = k.ok(&["rollout", "history", "statefulset/web"]);
-    contains(&history, "1 ");
-    contains(&history, "2 ");
-    contains(
-        &k.ok(&["rollout", "history", "statefulset/web", "--revision=1"]),
-        "nginx:1.24",
-    );
-    k.ok(&["rollout", "undo", "statefulset/web"]);
-    k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]);
+    history_then_undo(&k, "statefulset/web", "nginx:1.24");
     eventually("every pod back on the first image", || {
         images(&k) == "nginx:1.24 nginx:1.24 nginx:1.24"
     });
@@ -623,4 +682,75 @@ spec:
         !now.is_empty() && now != uid
     });
     k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replication_controller_keeps_its_replicas() {
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+    // The legacy kind of the Kubernetes examples: a map selector defaulted from the template.
+    apply(
+        &c,
+        &k,
+        "rc.yaml",
+        r#"apiVersion: v1
+kind: ReplicationController
+metadata: {name: nginx}
+spec:
+  replicas: 3
+  template:
+    metadata: {labels: {app: nginx}}
+    spec: {containers: [{name: nginx, image: nginx}]}
+"#,
+    );
+    let running = |k: &Kubectl<'_>| {
+        k.jsonpath(
+            &[
+                "pods",
+                "-l",
+                "app=nginx",
+                "--field-selector=status.phase=Running",
+            ],
+            "{.items[*].metadata.name}",
+        )
+        .split_whitespace()
+        .count()
+    };
+    eventually("three pods Running", || running(&k) == 3);
+    eventually("the rc's status", || {
+        k.jsonpath(
+            &["rc", "nginx"],
+            "{.status.readyReplicas}/{.status.replicas}",
+        ) == "3/3"
+    });
+    assert_eq!(
+        k.jsonpath(
+            &["pods", "-l", "app=nginx"],
+            "{.items[0].metadata.ownerReferences[0].kind}"
+        ),
+        "ReplicationController"
+    );
+    contains(&k.ok(&["describe", "rc", "nginx"]), "SuccessfulCreate");
+    // A pod deleted by hand is replaced; scaled down, the extra pods go.
+    let first = k.jsonpath(&["pods", "-l", "app=nginx"], "{.items[0].metadata.name}");
+    k.ok(&["delete", "pod", &first, "--wait=false"]);
+    eventually("a replacement", || {
+        running(&k) == 3
+            && !k
+                .jsonpath(&["pods", "-l", "app=nginx"], "{.items[*].metadata.name}")
+                .contains(&first)
+    });
+    k.ok(&["scale", "rc", "nginx", "--replicas=1"]);
+    eventually("one pod left", || {
+        k.jsonpath(&["pods", "-l", "app=nginx"], "{.items[*].metadata.name}")
+            .split_whitespace()
+            .count()
+            == 1
+    });
+    // Deleted, its pods are collected.
+    k.ok(&["delete", "rc", "nginx"]);
+    eventually("no pods left", || {
+        k.jsonpath(&["pods", "-l", "app=nginx"], "{.items[*].metadata.name}")
+            .is_empty()
+    });
 }
