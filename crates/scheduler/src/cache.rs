@@ -3,10 +3,10 @@
 //! node as soon as the scheduler picks it (before the binding lands) and confirmed or forgotten
 //! afterwards, so the next decision already counts them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm};
 
 use crate::resources::{allocatable, pod_requests, Resources};
 
@@ -21,6 +21,9 @@ pub struct PodEntry {
     pub ports: Vec<HostPort>,
     pub owner: Option<String>,
     pub assumed: bool,
+    /// For pod (anti-)affinity and topology spreading.
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
 }
 
 pub struct NodeInfo {
@@ -114,6 +117,8 @@ pub struct Cache {
     pub order: Vec<String>,
     pods: HashMap<String, PodEntry>,
     assumed: HashSet<String>,
+    /// The required anti-affinity terms of the pods that have them.
+    anti: HashMap<String, Vec<PodAffinityTerm>>,
 }
 
 impl Cache {
@@ -150,11 +155,29 @@ impl Cache {
             ports: host_ports(p),
             owner: controller_uid(p),
             assumed,
+            namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            labels: p.metadata.labels.clone().unwrap_or_default(),
         }
     }
 
-    fn put(&mut self, key: &str, e: PodEntry) {
+    /// Every pod on a node (bound or assumed).
+    pub fn entries(&self) -> impl Iterator<Item = &PodEntry> {
+        self.pods.values()
+    }
+
+    /// The pods with required anti-affinity, and their terms.
+    pub fn anti_pods(&self) -> impl Iterator<Item = (&PodEntry, &Vec<PodAffinityTerm>)> {
+        self.anti
+            .iter()
+            .filter_map(|(k, t)| Some((self.pods.get(k)?, t)))
+    }
+
+    fn put(&mut self, key: &str, p: &Pod, e: PodEntry) {
         self.remove_pod(key);
+        let anti = crate::interpod::required_anti(p);
+        if !anti.is_empty() {
+            self.anti.insert(key.to_string(), anti);
+        }
         if let Some(info) = self.nodes.get_mut(&e.node) {
             info.add(&e);
         }
@@ -164,11 +187,12 @@ impl Cache {
     /// A pod bound to a node (from the informer); confirms an assumption.
     pub fn add_pod(&mut self, key: &str, p: &Pod, node: &str) {
         self.assumed.remove(key);
-        self.put(key, Self::entry(p, node, false));
+        self.put(key, p, Self::entry(p, node, false));
     }
 
     pub fn remove_pod(&mut self, key: &str) {
         self.assumed.remove(key);
+        self.anti.remove(key);
         if let Some(e) = self.pods.remove(key) {
             if let Some(info) = self.nodes.get_mut(&e.node) {
                 info.remove(&e);
@@ -178,7 +202,7 @@ impl Cache {
 
     /// Counts `p` on `node` before its binding is confirmed.
     pub fn assume(&mut self, key: &str, p: &Pod, node: &str) {
-        self.put(key, Self::entry(p, node, true));
+        self.put(key, p, Self::entry(p, node, true));
         self.assumed.insert(key.to_string());
     }
 

@@ -4,6 +4,7 @@
 //! condition and a `FailedScheduling` event and wait for a cluster event.
 
 pub mod cache;
+pub mod interpod;
 pub mod plugins;
 pub mod queue;
 pub mod resources;
@@ -101,6 +102,9 @@ pub struct Scheduler {
     binds: Arc<tokio::sync::Semaphore>,
     /// Claims and volumes, for the volume filter (set once the informers start).
     storage: std::sync::OnceLock<StorageCaches>,
+    /// A pod was found unschedulable for want of other pods (pod affinity, spread skew): the
+    /// next pod placed on a node wakes the parked ones.
+    waiting_on_pods: std::sync::atomic::AtomicBool,
 }
 
 /// The claim and volume informers' caches.
@@ -158,6 +162,7 @@ impl Scheduler {
             m,
             binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
             storage: std::sync::OnceLock::new(),
+            waiting_on_pods: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -183,7 +188,13 @@ impl Scheduler {
                 match Self::node_name(p) {
                     Some(node) => {
                         self.queue.delete(&key);
-                        self.cache.lock().unwrap().add_pod(&key, p, node);
+                        let mut cache = self.cache.lock().unwrap();
+                        let placed = cache.node_of(&key).is_none();
+                        cache.add_pod(&key, p, node);
+                        drop(cache);
+                        if placed && self.waiting_on_pods.swap(false, Ordering::Relaxed) {
+                            self.queue.move_all();
+                        }
                     }
                     None if self.is_ours(p) => {
                         let prio = p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
@@ -335,6 +346,7 @@ impl Scheduler {
             })?,
             None => Vec::new(),
         };
+        let pod_state = interpod::prepare(p, &cache);
         let want = plugins::nodes_to_find(total, self.config.percentage_of_nodes_to_score);
         let start = self.next_start.load(Ordering::Relaxed) % total;
         let mut feasible = Vec::new();
@@ -344,13 +356,18 @@ impl Scheduler {
             let name = &cache.order[(start + i) % total];
             let info = &cache.nodes[name];
             checked += 1;
-            let filtered = plugins::filter(p, info, &req).and_then(|()| {
-                let labels = plugins::labels(info);
-                match pinned.iter().all(|pv| volumes::admits(pv, labels, name)) {
-                    true => Ok(()),
-                    false => Err(vec![plugins::R_VOLUME_AFFINITY]),
-                }
-            });
+            let filtered = plugins::filter(p, info, &req)
+                .and_then(|()| {
+                    let labels = plugins::labels(info);
+                    match pinned.iter().all(|pv| volumes::admits(pv, labels, name)) {
+                        true => Ok(()),
+                        false => Err(vec![plugins::R_VOLUME_AFFINITY]),
+                    }
+                })
+                .and_then(|()| match &pod_state {
+                    Some(st) => interpod::filter(st, info).map_err(|r| vec![r]),
+                    None => Ok(()),
+                });
             match filtered {
                 Ok(()) => {
                     feasible.push(info);
@@ -368,11 +385,22 @@ impl Scheduler {
         self.next_start
             .store((start + checked) % total, Ordering::Relaxed);
         if feasible.is_empty() {
+            if reasons.contains_key(interpod::R_AFFINITY)
+                || reasons.contains_key(interpod::R_SPREAD)
+            {
+                self.waiting_on_pods.store(true, Ordering::Relaxed);
+            }
             return Err(plugins::fit_error(total, &reasons));
         }
         let raws: Vec<plugins::Raw> = feasible
             .iter()
-            .map(|info| plugins::raw_scores(p, info, &nonzero))
+            .map(|info| {
+                let mut raw = plugins::raw_scores(p, info, &nonzero);
+                if let Some(st) = &pod_state {
+                    (raw.topology_spread, raw.pod_affinity) = interpod::score(st, info);
+                }
+                raw
+            })
             .collect();
         let totals = plugins::totals(&raws);
         let best = *totals.iter().max().expect("non-empty");

@@ -156,6 +156,8 @@ pub const W_BALANCED: i64 = 1;
 pub const W_SPREAD: i64 = 2;
 pub const W_TAINT: i64 = 3;
 pub const W_AFFINITY: i64 = 2;
+pub const W_TOPOLOGY_SPREAD: i64 = 2;
+pub const W_POD_AFFINITY: i64 = 2;
 
 /// Raw per-node scores, before normalisation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -168,6 +170,10 @@ pub struct Raw {
     pub prefer_taints: i64,
     /// Sum of matching preferred node-affinity weights (more is better).
     pub affinity: i64,
+    /// Pods matching soft spread constraints in the node's domains (fewer is better).
+    pub topology_spread: i64,
+    /// Preferred pod affinity minus anti-affinity weights of the node's domains.
+    pub pod_affinity: i64,
 }
 
 /// The raw scores of `p` on `info`.
@@ -223,6 +229,8 @@ pub fn raw_scores(p: &Pod, info: &NodeInfo, nonzero: &Resources) -> Raw {
         same_owner,
         prefer_taints,
         affinity,
+        topology_spread: 0,
+        pod_affinity: 0,
     }
 }
 
@@ -232,6 +240,11 @@ pub fn totals(raws: &[Raw]) -> Vec<i64> {
     let max_taint = raws.iter().map(|r| r.prefer_taints).max().unwrap_or(0);
     let max_aff = raws.iter().map(|r| r.affinity).max().unwrap_or(0);
     let reverse = |v: i64, max: i64| if max == 0 { 100 } else { (max - v) * 100 / max };
+    let max_spread = raws.iter().map(|r| r.topology_spread).max().unwrap_or(0);
+    let (min_pa, max_pa) = (
+        raws.iter().map(|r| r.pod_affinity).min().unwrap_or(0),
+        raws.iter().map(|r| r.pod_affinity).max().unwrap_or(0),
+    );
     raws.iter()
         .map(|r| {
             let spread = reverse(r.same_owner, max_owner);
@@ -241,7 +254,15 @@ pub fn totals(raws: &[Raw]) -> Vec<i64> {
             } else {
                 r.affinity * 100 / max_aff
             };
+            let topology = reverse(r.topology_spread, max_spread);
+            let pod_aff = if max_pa == min_pa {
+                0
+            } else {
+                (r.pod_affinity - min_pa) * 100 / (max_pa - min_pa)
+            };
             r.least_allocated * W_LEAST_ALLOCATED
+                + topology * W_TOPOLOGY_SPREAD
+                + pod_aff * W_POD_AFFINITY
                 + r.balanced * W_BALANCED
                 + spread * W_SPREAD
                 + taint * W_TAINT

@@ -209,3 +209,95 @@ async fn pods_follow_their_volumes_node_affinity() {
         "0/3 nodes are available: persistentvolumeclaim \"nope\" not found."
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_spread_over_zones_and_keep_apart() {
+    let env = Env::start().await;
+    let _s = start_scheduler(&env);
+    for (n, zone) in [("a", "east"), ("b", "west"), ("c", "east")] {
+        add_node(
+            &env.client,
+            n,
+            "4",
+            json!({"topology.kubernetes.io/zone": zone}),
+            json!({}),
+        )
+        .await;
+    }
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    let labelled = |name: &str, app: &str, extra: serde_json::Value| {
+        let mut p = pod(name, "100m", extra);
+        p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        p
+    };
+    let zone_of = |node: &str| if node == "b" { "west" } else { "east" };
+
+    // Required anti-affinity by hostname: one per node, the fourth waits.
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let name = format!("db-{i}");
+        pods.create(&labelled(&name, "db", apart.clone()))
+            .await
+            .unwrap();
+        nodes.push(bound_node(&env.client, &name).await);
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["a", "b", "c"]);
+    pods.create(&labelled("db-3", "db", apart.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "db-3").await,
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+    );
+    // A pod without the rule, matched by the others' anti-affinity, is kept off them too.
+    pods.create(&labelled("db-x", "db", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "db-x").await,
+        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+    );
+
+    // A hard spread over zones (maxSkew 1): two and two.
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let mut zones = std::collections::BTreeMap::new();
+    for i in 0..4 {
+        let name = format!("web-{i}");
+        pods.create(&labelled(&name, "web", spread.clone()))
+            .await
+            .unwrap();
+        *zones
+            .entry(zone_of(&bound_node(&env.client, &name).await))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(zones, [("east", 2), ("west", 2)].into());
+    let nowhere = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "rack",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "rackless"}}}]});
+    pods.create(&labelled("rackless", "rackless", nowhere))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "rackless").await,
+        "0/3 nodes are available: 3 node(s) didn't match pod topology spread constraints (missing required label)."
+    );
+
+    // Required affinity to pods that do not exist yet: it waits, and follows the first one.
+    let near = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "leader"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    pods.create(&labelled("follower", "follower", near))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "follower").await,
+        "0/3 nodes are available: 3 node(s) didn't match pod affinity rules."
+    );
+    pods.create(&labelled("leader", "leader", json!({})))
+        .await
+        .unwrap();
+    let leader = bound_node(&env.client, "leader").await;
+    assert_eq!(bound_node(&env.client, "follower").await, leader);
+}
