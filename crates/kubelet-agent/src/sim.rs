@@ -46,6 +46,8 @@ enum Step {
         until: Instant,
     },
     Running {
+        /// When the startup probe succeeds (`started` turns true).
+        started_at: Option<Instant>,
         ready_at: Option<Instant>,
         exit_at: Option<Instant>,
     },
@@ -81,6 +83,9 @@ struct Container {
     image: String,
     kind: Kind,
     always_pull: bool,
+    /// From the start until the startup probe succeeds (readiness and liveness wait for it).
+    startup_delay: Option<Duration>,
+    /// From startup until the readiness probe has succeeded `successThreshold` times.
     readiness_delay: Option<Duration>,
     never_ready: bool,
     /// How long each run lasts; `None`: until stopped.
@@ -177,6 +182,16 @@ fn hex_id(seed: &str) -> String {
     out
 }
 
+/// How long after a probe starts it has succeeded `successThreshold` times in a row:
+/// `initialDelaySeconds`, then a period per further success.
+fn probe_success(p: &k8s_openapi::api::core::v1::Probe) -> Duration {
+    let secs = |v: Option<i32>, d: i32| v.unwrap_or(d).max(0) as u64;
+    let successes = secs(p.success_threshold, 1).max(1);
+    Duration::from_secs(
+        secs(p.initial_delay_seconds, 0) + (successes - 1) * secs(p.period_seconds, 10).max(1),
+    )
+}
+
 fn ev(warning: bool, reason: &'static str, message: String, c: &Container) -> SimEvent {
     let list = match c.kind {
         Kind::App => "containers",
@@ -224,10 +239,8 @@ impl Container {
             image: spec.image.clone().unwrap_or_default(),
             kind,
             always_pull: spec.image_pull_policy.as_deref() == Some("Always"),
-            readiness_delay: spec
-                .readiness_probe
-                .as_ref()
-                .map(|p| Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64)),
+            startup_delay: spec.startup_probe.as_ref().map(probe_success),
+            readiness_delay: spec.readiness_probe.as_ref().map(probe_success),
             never_ready: o.never_ready,
             run,
             liveness_kill,
@@ -291,10 +304,15 @@ impl Container {
             } else {
                 *retry_at
             }),
-            Step::Running { ready_at, exit_at } => match (ready_at, exit_at) {
-                (Some(r), Some(k)) => Some((*r).min(*k)),
-                (r, k) => r.or(*k),
-            },
+            Step::Running {
+                started_at,
+                ready_at,
+                exit_at,
+            } => [started_at, ready_at, exit_at]
+                .into_iter()
+                .flatten()
+                .min()
+                .copied(),
             Step::WaitSandbox | Step::Exited => None,
         }
     }
@@ -472,24 +490,50 @@ impl PodSim {
                         }),
                         ..Default::default()
                     };
-                    c.started = true;
-                    if c.kind == Kind::Sidecar && c.opened_at.is_none() {
+                    // Started once the startup probe (if any) succeeds; readiness and
+                    // liveness probes only run from then on.
+                    let startup = c.startup_delay.unwrap_or(Duration::ZERO);
+                    c.started = c.startup_delay.is_none();
+                    if c.started && c.kind == Kind::Sidecar && c.opened_at.is_none() {
                         c.opened_at = Some(until);
                     }
                     // Regular init containers are never ready while they run.
                     let ready_at = (c.kind != Kind::Init && !c.never_ready)
-                        .then(|| until + c.readiness_delay.unwrap_or(Duration::ZERO));
-                    c.killed = c.liveness_kill.is_some_and(|k| c.run.is_none_or(|r| k < r));
-                    let exit_at = if c.killed { c.liveness_kill } else { c.run }.map(|d| until + d);
-                    c.step = Step::Running { ready_at, exit_at };
+                        .then(|| until + startup + c.readiness_delay.unwrap_or(Duration::ZERO));
+                    let liveness_kill = c.liveness_kill.map(|k| k + startup);
+                    c.killed = liveness_kill.is_some_and(|k| c.run.is_none_or(|r| k < r));
+                    let exit_at = if c.killed { liveness_kill } else { c.run }.map(|d| until + d);
+                    c.step = Step::Running {
+                        started_at: c.startup_delay.map(|d| until + d),
+                        ready_at,
+                        exit_at,
+                    };
                     true
                 }
                 Step::Running {
+                    started_at: Some(at),
+                    ready_at,
+                    exit_at,
+                } if now >= at && exit_at.is_none_or(|k| at <= k) => {
+                    c.started = true;
+                    if c.kind == Kind::Sidecar && c.opened_at.is_none() {
+                        c.opened_at = Some(at);
+                    }
+                    c.step = Step::Running {
+                        started_at: None,
+                        ready_at,
+                        exit_at,
+                    };
+                    true
+                }
+                Step::Running {
+                    started_at: None,
                     ready_at: Some(r),
                     exit_at,
                 } if now >= r && exit_at.is_none_or(|k| r <= k) => {
                     c.ready = true;
                     c.step = Step::Running {
+                        started_at: None,
                         ready_at: None,
                         exit_at,
                     };
@@ -979,6 +1023,48 @@ mod tests {
             evs[0].message,
             "Container image \"nginx:1.14.2\" already present on machine"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_startup_probe_holds_readiness_and_liveness_until_it_succeeds() {
+        let stages = Stages::fast();
+        let p = pod(json!([{"name": "c", "image": "app:1",
+            "startupProbe": {"initialDelaySeconds": 4, "httpGet": {"port": 80}},
+            "readinessProbe": {"initialDelaySeconds": 1, "periodSeconds": 2, "successThreshold": 3, "httpGet": {"port": 80}}}]));
+        let t0 = Instant::now();
+        let mut images = HashSet::new();
+        let mut sim = PodSim::new(&p, "10.244.0.2".into(), &stages, t0, rkube_client::now());
+        // Drive to the container's start.
+        let mut at = t0;
+        let started_at = loop {
+            let (evs, next) = sim.advance(at, rkube_client::now(), &stages, &mut images);
+            if reasons(&evs).contains(&"Started") {
+                break at;
+            }
+            at = next.expect("more to do before the start");
+        };
+        let cs = |sim: &PodSim| sim.status(&p, "h").container_statuses.unwrap()[0].clone();
+        assert_eq!(
+            cs(&sim).started,
+            Some(false),
+            "not started before the startup probe"
+        );
+        let (_, next) = sim.advance(started_at, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, Some(started_at + Duration::from_secs(4)));
+        sim.advance(next.unwrap(), rkube_client::now(), &stages, &mut images);
+        assert_eq!(cs(&sim).started, Some(true));
+        assert!(!cs(&sim).ready);
+        // Readiness: 1 s delay, then three successes two seconds apart, after the startup.
+        let ready_at = started_at + Duration::from_secs(4 + 1 + 2 * 2);
+        let (_, next) = sim.advance(
+            started_at + Duration::from_secs(4),
+            rkube_client::now(),
+            &stages,
+            &mut images,
+        );
+        assert_eq!(next, Some(ready_at));
+        sim.advance(ready_at, rkube_client::now(), &stages, &mut images);
+        assert!(cs(&sim).ready);
     }
 
     #[tokio::test(start_paused = true)]

@@ -171,7 +171,11 @@ impl Scheduler {
         let name = spec
             .and_then(|s| s.scheduler_name.as_deref())
             .unwrap_or(DEFAULT_SCHEDULER);
-        name == self.config.scheduler_name && p.metadata.deletion_timestamp.is_none()
+        // A pod with scheduling gates waits until they are all removed.
+        let gated = spec
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        name == self.config.scheduler_name && p.metadata.deletion_timestamp.is_none() && !gated
     }
 
     fn node_name(p: &Pod) -> Option<&str> {
@@ -189,7 +193,8 @@ impl Scheduler {
                     Some(node) => {
                         self.queue.delete(&key);
                         let mut cache = self.cache.lock().unwrap();
-                        let placed = cache.node_of(&key).is_none();
+                        // Newly placed: unknown, or only assumed by this scheduler so far.
+                        let placed = cache.node_of(&key).is_none() || cache.is_assumed(&key);
                         cache.add_pod(&key, p, node);
                         drop(cache);
                         if placed && self.waiting_on_pods.swap(false, Ordering::Relaxed) {

@@ -30,6 +30,17 @@ impl Strategy for Pod {
             .map(podspec::qos_class)
             .unwrap_or("BestEffort");
         obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+        // A gated pod says so until its gates are gone (upstream's
+        // `applySchedulingGatedCondition`).
+        let gated = obj
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        if gated {
+            obj["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates"}]);
+        }
     }
 
     fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
@@ -55,11 +66,28 @@ impl Strategy for Pod {
             if let Some(m) = s.as_object_mut() {
                 m.remove("activeDeadlineSeconds");
                 m.remove("tolerations");
+                m.remove("schedulingGates");
             }
             s
         };
         if strip(new) != strip(old) {
             causes.push(StatusCause::forbidden("spec", UPDATABLE));
+        }
+        // Scheduling gates may only be removed.
+        let gates = |v: &Value| -> Vec<String> {
+            v.pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.get("name").and_then(Value::as_str).map(String::from))
+                .collect()
+        };
+        let before = gates(old);
+        if let Some(added) = gates(new).into_iter().find(|g| !before.contains(g)) {
+            causes.push(StatusCause::forbidden(
+                "spec.schedulingGates",
+                &format!("only deletion is allowed, but found new scheduling gate '{added}'"),
+            ));
         }
     }
 

@@ -2,7 +2,7 @@
 //! fits appears; taints, tolerations and nodeSelector are honoured; a controller's pods spread.
 
 use k8s_openapi::api::core::v1::Pod;
-use rkube_client::Api;
+use rkube_client::{Api, Patch};
 use serde_json::json;
 
 use crate::harness::{
@@ -300,4 +300,46 @@ async fn pods_spread_over_zones_and_keep_apart() {
         .unwrap();
     let leader = bound_node(&env.client, "leader").await;
     assert_eq!(bound_node(&env.client, "follower").await, leader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_pods_wait_for_their_gates_to_go() {
+    let (env, _s) = cluster(&[("a", "2")]).await;
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    let gated = pod(
+        "gated",
+        "100m",
+        json!({"schedulingGates": [{"name": "example.com/wait"}]}),
+    );
+    let created = pods.create(&gated).await.unwrap();
+    let cond = created.status.unwrap().conditions.unwrap();
+    assert_eq!(
+        (cond[0].type_.as_str(), cond[0].reason.as_deref()),
+        ("PodScheduled", Some("SchedulingGated"))
+    );
+    // A pod behind it is scheduled; the gated one is not.
+    pods.create(&pod("free", "100m", json!({}))).await.unwrap();
+    bound_node(&env.client, "free").await;
+    let p = pods.get("gated").await.unwrap();
+    assert_eq!(p.spec.unwrap().node_name, None);
+    // Gates may not be added, only removed; removed, the pod is scheduled.
+    let err = pods
+        .patch(
+            "gated",
+            &Patch::Merge(json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}, {"name": "more"}]}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("only deletion is allowed, but found new scheduling gate 'more'"),
+        "{err}"
+    );
+    pods.patch(
+        "gated",
+        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bound_node(&env.client, "gated").await, "a");
 }
