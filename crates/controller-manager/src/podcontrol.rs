@@ -89,12 +89,12 @@ pub async fn delete(owner: &Owner<'_>, api: &Api<Pod>, pods: &[Arc<Pod>]) -> Res
     failure.map_or(Ok(()), Err)
 }
 
-/// A pod event for a controller of `kind`: the owner's key (`ns/name` from the controller
-/// reference) with its expectations lowered for what the event shows, and the pod — or
-/// `None` when another kind controls it.
+/// A pod event for a controller of `group`/`kind`: the owner's key (`ns/name` from the
+/// controller reference) with its expectations lowered for what the event shows, and the pod
+/// — or `None` when another kind (or a same-named kind of another group) controls it.
 pub fn observe<'a>(
     expectations: &Expectations,
-    kind: &str,
+    (group, kind): (&str, &str),
     ch: &'a Change<Pod>,
 ) -> Option<(String, &'a Pod, bool)> {
     let (p, added, gone) = match ch {
@@ -102,7 +102,9 @@ pub fn observe<'a>(
         Change::Updated { new, .. } => (new, false, false),
         Change::Deleted(p) => (p, false, true),
     };
-    let r = controller_ref(&p.metadata).filter(|r| r.kind == kind)?;
+    let r = controller_ref(&p.metadata).filter(|r| {
+        r.kind == kind && r.api_version.split_once('/').map_or("", |(g, _)| g) == group
+    })?;
     let key = format!(
         "{}/{}",
         p.metadata.namespace.as_deref().unwrap_or_default(),

@@ -67,13 +67,13 @@ pub fn finished(job: &Job) -> Option<&'static str> {
 /// When the Job finished (its Complete or Failed condition's transition).
 pub fn finished_at(job: &Job) -> Option<DateTime<Utc>> {
     let t = finished(job)?;
-    job.status
-        .as_ref()?
-        .conditions
+    let st = job.status.as_ref()?;
+    st.conditions
         .iter()
         .flatten()
         .find(|c| c.type_ == t)
         .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+        .or_else(|| st.completion_time.as_ref().map(|t| t.0))
 }
 
 fn phase(p: &Pod) -> &str {
