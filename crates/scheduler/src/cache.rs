@@ -110,6 +110,26 @@ pub fn controller_uid(p: &Pod) -> Option<String> {
         .map(|r| r.uid.clone())
 }
 
+/// A pod's required pod-affinity and anti-affinity terms.
+pub fn required_terms(p: &Pod) -> (Vec<PodAffinityTerm>, Vec<PodAffinityTerm>) {
+    let a = p.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let aff = a
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .clone()
+        })
+        .unwrap_or_default();
+    let anti = a
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .clone()
+        })
+        .unwrap_or_default();
+    (aff, anti)
+}
+
 #[derive(Default)]
 pub struct Cache {
     pub nodes: HashMap<String, NodeInfo>,
@@ -174,7 +194,7 @@ impl Cache {
 
     fn put(&mut self, key: &str, p: &Pod, e: PodEntry) {
         self.remove_pod(key);
-        let anti = crate::interpod::required_anti(p);
+        let anti = required_terms(p).1;
         if !anti.is_empty() {
             self.anti.insert(key.to_string(), anti);
         }

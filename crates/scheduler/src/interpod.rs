@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, TopologySpreadConstraint}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rkube_api::LabelSelector as Selector;
 
-use crate::cache::{Cache, NodeInfo};
+use crate::cache::{required_terms, Cache, NodeInfo};
 use crate::plugins::{labels, Reason};
 
 pub const R_SPREAD: Reason = "node(s) didn't match pod topology spread constraints";
@@ -120,30 +120,6 @@ pub struct State {
     existing_anti: HashSet<(String, String)>,
     /// Preferred terms: the weight each domain adds (anti-affinity subtracts).
     preferred: Vec<(String, HashMap<String, i64>)>,
-}
-
-fn required_terms(p: &Pod) -> (Vec<PodAffinityTerm>, Vec<PodAffinityTerm>) {
-    let a = p.spec.as_ref().and_then(|s| s.affinity.as_ref());
-    let aff = a
-        .and_then(|a| a.pod_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .clone()
-        })
-        .unwrap_or_default();
-    let anti = a
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .clone()
-        })
-        .unwrap_or_default();
-    (aff, anti)
-}
-
-/// The required anti-affinity terms of a pod (what the cache keeps of pods that have them).
-pub fn required_anti(p: &Pod) -> Vec<PodAffinityTerm> {
-    required_terms(p).1
 }
 
 /// The state for `p`, or `None` when neither plugin has anything to say about it.

@@ -71,7 +71,8 @@ impl DaemonSetController {
         });
         let me = c.clone();
         ctx.pods.on_change(move |ch| {
-            let Some((k, _, _)) = podcontrol::observe(&me.expectations, ("apps", "DaemonSet"), ch) else {
+            let Some((k, _, _)) = podcontrol::observe(&me.expectations, ("apps", "DaemonSet"), ch)
+            else {
                 return;
             };
             me.queue.add(k);

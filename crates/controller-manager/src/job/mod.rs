@@ -66,7 +66,8 @@ impl JobController {
         });
         let me = c.clone();
         ctx.pods.on_change(move |ch| {
-            let Some((k, p, gone)) = podcontrol::observe(&me.expectations, ("batch", "Job"), ch) else {
+            let Some((k, p, gone)) = podcontrol::observe(&me.expectations, ("batch", "Job"), ch)
+            else {
                 return;
             };
             let released = gone

@@ -54,7 +54,9 @@ impl StatefulSetController {
         });
         let me = c.clone();
         ctx.pods.on_change(move |ch| {
-            if let Some((k, _, _)) = podcontrol::observe(&me.expectations, ("apps", "StatefulSet"), ch) {
+            if let Some((k, _, _)) =
+                podcontrol::observe(&me.expectations, ("apps", "StatefulSet"), ch)
+            {
                 me.queue.add(k);
             } else if let Change::Added(p) | Change::Updated { new: p, .. } = ch {
                 // An orphan a set may adopt.
