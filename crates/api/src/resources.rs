@@ -84,7 +84,7 @@ macro_rules! res {
 #[rustfmt::skip]
 pub const RESOURCES: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false, &["ns"], &["status", "finalize"], &[], "namespaces", true),
-    res!("", "v1", "Pod", "pods", "pod", true, &["po"], &["status", "binding", "eviction", "log"], &["all"], "pods", true),
+    res!("", "v1", "Pod", "pods", "pod", true, &["po"], &["status", "binding", "eviction", "log", "ephemeralcontainers"], &["all"], "pods", true),
     res!("", "v1", "Node", "nodes", "node", false, &["no"], &["status"], &[], "minions", true),
     res!("", "v1", "Event", "events", "event", true, &["ev"], &[], &[], "events", true),
     res!("", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"], &[], &[], "configmaps", true),
@@ -199,7 +199,7 @@ pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
 /// The verbs a subresource serves (what discovery lists and the apiserver dispatches).
 pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
     match sub {
-        "status" | "scale" | "approval" => &["get", "patch", "update"],
+        "status" | "scale" | "approval" | "ephemeralcontainers" => &["get", "patch", "update"],
         "token" => &["create"],
         "binding" | "eviction" => &["create"],
         "log" => &["get"],

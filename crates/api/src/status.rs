@@ -436,6 +436,13 @@ impl StatusCause {
             field: field.into(),
         }
     }
+    pub fn not_found(field: &str, value: &str) -> Self {
+        StatusCause {
+            reason: "FieldValueNotFound".into(),
+            message: format!("Not found: {value:?}"),
+            field: field.into(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -141,6 +141,8 @@ pub struct PodSim {
     /// Condition type → (status, last transition).
     conditions: BTreeMap<&'static str, (bool, DateTime<Utc>)>,
     uid: String,
+    /// Ephemeral containers (`kubectl debug`) as they were added: name, image, started.
+    ephemeral: Vec<(String, String, DateTime<Utc>)>,
 }
 
 fn waiting(reason: &str, message: Option<String>) -> ContainerState {
@@ -189,6 +191,15 @@ fn probe_success(p: &k8s_openapi::api::core::v1::Probe) -> Duration {
     let successes = secs(p.success_threshold, 1).max(1);
     Duration::from_secs(
         secs(p.initial_delay_seconds, 0) + (successes - 1) * secs(p.period_seconds, 10).max(1),
+    )
+}
+
+/// A runtime's image id for `image`: its repository and a stable digest.
+fn image_id(image: &str) -> String {
+    format!(
+        "docker.io/library/{}@sha256:{}",
+        image.split(':').next().unwrap_or(image),
+        hex_id(image)
     )
 }
 
@@ -359,6 +370,7 @@ impl PodSim {
             deleting: false,
             conditions,
             uid: pod.metadata.uid.clone().unwrap_or_default(),
+            ephemeral: Vec::new(),
         }
     }
 
@@ -830,11 +842,7 @@ impl PodSim {
             name: c.name.clone(),
             image: c.image.clone(),
             image_id: if c.container_id.is_some() {
-                format!(
-                    "docker.io/library/{}@sha256:{}",
-                    c.image.split(':').next().unwrap_or(&c.image),
-                    hex_id(&c.image)
-                )
+                image_id(&c.image)
             } else {
                 String::new()
             },
@@ -849,6 +857,43 @@ impl PodSim {
     }
 
     /// The pod's status as a kubelet reports it (keeping conditions it does not own).
+    /// Starts the ephemeral containers `pod` has gained (a running pod's `kubectl debug`):
+    /// they run until the pod ends, never ready, never restarted.
+    pub fn ephemeral(&mut self, pod: &Pod, wall: DateTime<Utc>) -> Vec<SimEvent> {
+        let mut events = Vec::new();
+        if matches!(self.phase(), "Succeeded" | "Failed") || self.deleting {
+            return events;
+        }
+        let added = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.ephemeral_containers.iter().flatten());
+        for e in added {
+            if self.ephemeral.iter().any(|(n, _, _)| *n == e.name) {
+                continue;
+            }
+            let image = e.image.clone().unwrap_or_default();
+            let path = Some(format!("spec.ephemeralContainers{{{}}}", e.name));
+            for (reason, message) in [
+                (
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                ),
+                ("Created", format!("Created container: {}", e.name)),
+                ("Started", format!("Started container {}", e.name)),
+            ] {
+                events.push(SimEvent {
+                    warning: false,
+                    reason,
+                    message,
+                    field_path: path.clone(),
+                });
+            }
+            self.ephemeral.push((e.name.clone(), image, wall));
+        }
+        events
+    }
+
     pub fn status(&self, pod: &Pod, host_ip: &str) -> PodStatus {
         let ts = |t: DateTime<Utc>| Some(Time(t));
         let terminal = matches!(self.phase(), "Succeeded" | "Failed");
@@ -933,7 +978,31 @@ impl PodSim {
             .filter(|c| c.kind != Kind::App)
             .map(Self::container_status)
             .collect();
+        let ephemeral: Vec<ContainerStatus> = self
+            .ephemeral
+            .iter()
+            .map(|(name, image, at)| ContainerStatus {
+                name: name.clone(),
+                image: image.clone(),
+                image_id: image_id(image),
+                container_id: Some(format!(
+                    "containerd://{}",
+                    hex_id(&format!("{}/{name}", self.uid))
+                )),
+                ready: false,
+                restart_count: 0,
+                started: Some(true),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: ts(*at),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
         PodStatus {
+            ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
             phase: Some(self.phase().into()),
             conditions: Some(conditions),
             host_ip: Some(host_ip.into()),

@@ -204,6 +204,8 @@ impl NodeRuntime {
                 )
             };
             self.record(&regarding, evs);
+            let evs = sim.lock().unwrap().ephemeral(&pod, rkube_client::now());
+            self.record(&regarding, evs);
             let status = sim.lock().unwrap().status(&pod, &self.spec.ip);
             let bytes = serde_json::to_vec(&status).expect("status");
             let digest = {

@@ -319,7 +319,9 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
     }
     let body = req.into_body();
     match (s.info.verb, s.subresource, named) {
-        ("get", None | Some("status") | Some("approval"), true) => read::get(&s).await,
+        ("get", None | Some("status") | Some("approval") | Some("ephemeralcontainers"), true) => {
+            read::get(&s).await
+        }
         ("get", Some("scale"), true) => subresources::get_scale(&s).await,
         ("get", Some("log"), true) => logs::pod_log(&s).await,
         ("list", None, false) => read::list(&s).await,
@@ -328,11 +330,19 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
         ("create", Some("binding"), true) => subresources::bind(&s, body).await,
         ("create", Some("eviction"), true) => subresources::evict(&s, body).await,
         ("create", Some("token"), true) => subresources::token(&s, body).await,
-        ("update", None | Some("status") | Some("finalize") | Some("approval"), true) => {
-            update::update(&s, body).await
-        }
+        (
+            "update",
+            None
+            | Some("status")
+            | Some("finalize")
+            | Some("approval")
+            | Some("ephemeralcontainers"),
+            true,
+        ) => update::update(&s, body).await,
         ("update", Some("scale"), true) => subresources::update_scale(&s, body).await,
-        ("patch", None | Some("status") | Some("approval"), true) => patch::patch(&s, body).await,
+        ("patch", None | Some("status") | Some("approval") | Some("ephemeralcontainers"), true) => {
+            patch::patch(&s, body).await
+        }
         ("patch", Some("scale"), true) => subresources::patch_scale(&s, body).await,
         ("delete", None, true) => delete::delete(&s, body).await,
         ("deletecollection", None, false) if !(s.reg.def.namespaced && s.namespace.is_none()) => {

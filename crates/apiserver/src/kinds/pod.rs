@@ -47,6 +47,32 @@ impl Strategy for Pod {
         super::status_only(new, old, true);
     }
 
+    /// The main resource keeps the ephemeral containers it has: only
+    /// `pods/ephemeralcontainers` adds them.
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        match old.pointer("/spec/ephemeralContainers") {
+            Some(e) if new.get("spec").is_some_and(Value::is_object) => {
+                new["spec"]["ephemeralContainers"] = e.clone();
+            }
+            _ => {
+                if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("ephemeralContainers");
+                }
+            }
+        }
+    }
+
+    /// `pods/ephemeralcontainers` changes the ephemeral containers and nothing else.
+    fn prepare_for_subresource_update(&self, sub: &str, new: &mut Value, old: &Value) {
+        let ephemeral = new.pointer("/spec/ephemeralContainers").cloned();
+        *new = old.clone();
+        if sub == "ephemeralcontainers" {
+            if let Some(e) = ephemeral {
+                new["spec"]["ephemeralContainers"] = e;
+            }
+        }
+    }
+
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
         podspec::validate(obj.get("spec"), "spec", causes);
     }
@@ -67,9 +93,11 @@ impl Strategy for Pod {
                 m.remove("activeDeadlineSeconds");
                 m.remove("tolerations");
                 m.remove("schedulingGates");
+                m.remove("ephemeralContainers");
             }
             s
         };
+        validate_ephemeral(new, old, causes);
         if strip(new) != strip(old) {
             causes.push(StatusCause::forbidden("spec", UPDATABLE));
         }
@@ -528,6 +556,93 @@ pub fn set_condition(
     }
 }
 
+/// Ephemeral containers may be added, never changed or removed; each has a name no other
+/// container of the pod has, an image, none of the fields only regular containers may set,
+/// and a `targetContainerName` that names one of the pod's containers.
+fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
+    let list = |v: &Value| -> Vec<Value> {
+        v.pointer("/spec/ephemeralContainers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (now, before) = (list(new), list(old));
+    if now == before {
+        return;
+    }
+    let name_of = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    for b in &before {
+        if !now.iter().any(|n| n == b) {
+            causes.push(StatusCause::forbidden(
+                "spec.ephemeralContainers",
+                &format!(
+                    "existing ephemeral containers \"{}\" may not be changed",
+                    name_of(b)
+                ),
+            ));
+        }
+    }
+    let regular: Vec<String> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|l| {
+            new.pointer(&format!("/spec/{l}"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|c| name_of(&c))
+        .collect();
+    let mut seen: Vec<String> = regular.clone();
+    for (i, c) in now.iter().enumerate() {
+        let path = format!("spec.ephemeralContainers[{i}]");
+        let name = name_of(c);
+        if name.is_empty() {
+            causes.push(StatusCause::required(&format!("{path}.name")));
+        } else if seen.contains(&name) {
+            causes.push(StatusCause::duplicate(&format!("{path}.name"), &name));
+        }
+        seen.push(name);
+        if c.get("image")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            causes.push(StatusCause::required(&format!("{path}.image")));
+        }
+        for f in [
+            "ports",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+            "resources",
+            "resizePolicy",
+        ] {
+            if c.get(f)
+                .is_some_and(|v| !v.is_null() && v != &json!({}) && v != &json!([]))
+            {
+                causes.push(StatusCause::forbidden(
+                    &format!("{path}.{f}"),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+        if let Some(t) = c.get("targetContainerName").and_then(Value::as_str) {
+            if !t.is_empty() && !regular.iter().any(|r| r == t) {
+                causes.push(StatusCause::not_found(
+                    &format!("{path}.targetContainerName"),
+                    t,
+                ));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,5 +732,35 @@ mod tests {
             {"resources": {"requests": {"memory": "8Ei"}}},
             {"resources": {"requests": {"memory": "8Ei"}}}]}});
         assert!(compute_usage(&huge, "requests.memory").unwrap().is_err());
+    }
+
+    #[test]
+    fn ephemeral_containers_are_only_added() {
+        let pod = |eph: Value| {
+            json!({"spec": {"containers": [{"name": "app", "image": "nginx"}],
+                "ephemeralContainers": eph}})
+        };
+        let dbg = json!({"name": "dbg", "image": "busybox", "targetContainerName": "app"});
+        let check = |new: Value, old: Value| {
+            let mut causes = Vec::new();
+            validate_ephemeral(&new, &old, &mut causes);
+            causes.iter().map(|c| c.message.clone()).collect::<Vec<_>>()
+        };
+        assert!(check(pod(json!([dbg])), pod(json!([]))).is_empty());
+        assert_eq!(
+            check(pod(json!([])), pod(json!([dbg]))),
+            ["Forbidden: existing ephemeral containers \"dbg\" may not be changed"]
+        );
+        let bad = json!([{"name": "app", "image": "", "ports": [{"containerPort": 80}],
+            "targetContainerName": "nope"}]);
+        assert_eq!(
+            check(pod(bad), pod(json!([]))),
+            [
+                "Duplicate value: \"app\"",
+                "Required value",
+                "Forbidden: cannot be set for an Ephemeral Container",
+                "Not found: \"nope\""
+            ]
+        );
     }
 }

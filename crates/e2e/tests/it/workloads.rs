@@ -754,3 +754,45 @@ spec:
             .is_empty()
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_debug_adds_a_running_ephemeral_container() {
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+    k.ok(&["run", "web", "--image=nginx"]);
+    k.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=60s"]);
+    k.ok(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "--target=web",
+        "--container=dbg",
+    ]);
+    eventually("the debug container running", || {
+        k.jsonpath(
+            &["pod", "web"],
+            "{.status.ephemeralContainerStatuses[?(@.name==\"dbg\")].started}",
+        ) == "true"
+    });
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "web"],
+            "{.spec.ephemeralContainers[0].targetContainerName}"
+        ),
+        "web"
+    );
+    contains(
+        &k.ok(&[
+            "get",
+            "events",
+            "--field-selector=involvedObject.name=web,reason=Started",
+            "-o",
+            "jsonpath={.items[*].involvedObject.fieldPath}",
+        ]),
+        "spec.ephemeralContainers{dbg}",
+    );
+    // A second one under a name the pod already uses is refused; the pod keeps running.
+    let err = k.fails(&["debug", "web", "--image=busybox", "--container=web"]);
+    contains(&err, "Duplicate value");
+    assert_eq!(k.jsonpath(&["pod", "web"], "{.status.phase}"), "Running");
+}
