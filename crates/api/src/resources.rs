@@ -152,7 +152,7 @@ pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceDef> 
 }
 
 /// Resources answered on the spot and never stored: `bindings` (create), `componentstatuses`
-/// (read-only), token reviews, the access reviews (`kubectl auth can-i` sends the self ones)
+/// and `metrics.k8s.io`'s node and pod metrics (read-only), token reviews, the access reviews (`kubectl auth can-i` sends the self ones)
 /// and the SelfSubjectReview of `kubectl auth whoami`. Their `storage_prefix` is empty.
 #[rustfmt::skip]
 pub const REVIEWS: &[ResourceDef] = &[
@@ -164,6 +164,8 @@ pub const REVIEWS: &[ResourceDef] = &[
     res!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false, &[], &[], &[], "", false),
     res!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview", false, &[], &[], &[], "", false),
     res!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", false, &[], &[], &[], "", false),
+    res!("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", false, &[], &[], &[], "", false),
+    res!("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", true, &[], &[], &[], "", false),
 ];
 
 /// Every stored and review resource, for discovery.
@@ -173,7 +175,7 @@ pub fn discoverable() -> impl Iterator<Item = &'static ResourceDef> {
 
 /// The verbs a resource serves.
 pub fn verbs(r: &ResourceDef) -> &'static [&'static str] {
-    if r.plural == "componentstatuses" {
+    if r.plural == "componentstatuses" || r.group == "metrics.k8s.io" {
         &["get", "list"]
     } else if r.storage_prefix.is_empty() {
         &["create"]

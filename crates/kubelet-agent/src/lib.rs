@@ -2,7 +2,8 @@
 //! itself, heartbeats through its Lease, watches only its own pods (`spec.nodeName=<node>`,
 //! through the client's Reflector, with bookmarks unless turned off) and runs them through the
 //! simulated runtime (`sim`, driven by `stages`), reporting status as a kubelet does. One HTTP
-//! server serves `/healthz`, `/metrics` and the simulated container logs for every node.
+//! server serves `/healthz`, `/metrics`, the simulated container logs and each node's
+//! resource usage (`/stats/summary`) for every node.
 
 pub mod logs;
 pub mod node;
@@ -10,6 +11,8 @@ pub mod overrides;
 pub mod server;
 pub mod sim;
 pub mod stages;
+pub mod stats;
+pub mod usage;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -120,8 +123,10 @@ pub async fn run(
     );
     let ready = rkube_daemon::health::Ready::default();
     let sims: logs::Sims = Arc::default();
+    let node_pods: stats::NodePods = Arc::default();
     let app = rkube_daemon::health::router(metrics.clone(), ready.clone())
         .merge(logs::router(sims.clone()))
+        .merge(stats::router(node_pods.clone()))
         .layer(axum::middleware::from_fn(server::guard_logs));
     let tls = config.tls.as_ref().map(server::server_config).transpose()?;
     let identify = server::identify(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
@@ -252,6 +257,7 @@ pub async fn run(
             opts,
         );
         export(&metrics, &name, inf.stats());
+        node_pods.write().unwrap().insert(name.clone(), inf.store());
         inf.store()
             .set_transform(rkube_client::informer::transform::pod_without_token_volume);
         let s = shutdown.clone();

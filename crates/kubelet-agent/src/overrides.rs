@@ -9,6 +9,8 @@
 //! | `exit-code`    | an integer                     | the code it exits with (default 0)            |
 //! | `ready`        | `false`                        | its readiness probe never succeeds            |
 //! | `liveness-fail-after` | a duration              | its liveness probe (if it has one) fails from then on: killed (137) after `failureThreshold` × `periodSeconds`, restarted as the restart policy says |
+//! | `cpu-usage`    | a quantity (`250m`, `1`)       | the CPU it uses (`kubectl top`, the HPA); default: a share of its request that drifts over minutes |
+//! | `memory-usage` | a quantity (`300Mi`)           | the memory it uses; default likewise          |
 //!
 //! A crash after N seconds is `run-duration: Ns` with a non-zero `exit-code`.
 
@@ -31,6 +33,10 @@ pub struct Overrides {
     pub exit_code: Option<i32>,
     pub never_ready: bool,
     pub liveness_fail_after: Option<Duration>,
+    /// Millicores.
+    pub cpu_usage: Option<i64>,
+    /// Bytes.
+    pub memory_usage: Option<i64>,
 }
 
 /// The container's value of `key` that parses, else the pod's.
@@ -57,6 +63,18 @@ pub fn for_container(pod: &Pod, container: &str) -> Overrides {
         liveness_fail_after: value(pod, "liveness-fail-after", container, |v| {
             rkube_daemon::parse_duration(v).ok()
         }),
+        cpu_usage: value(
+            pod,
+            "cpu-usage",
+            container,
+            rkube_api::quantity::parse_milli,
+        ),
+        memory_usage: value(
+            pod,
+            "memory-usage",
+            container,
+            rkube_api::quantity::parse_value,
+        ),
     }
 }
 

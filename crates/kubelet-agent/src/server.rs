@@ -1,5 +1,5 @@
 //! The agent's HTTP server (upstream's kubelet port): `/healthz` and `/metrics` for anyone,
-//! the simulated container logs only for the apiserver. With `--tls-cert-file` it serves
+//! the simulated container logs and usage only for the apiserver. With `--tls-cert-file` it serves
 //! HTTPS, and with `--client-ca-file` the logs need a client certificate from that CA naming
 //! the apiserver (`kube-apiserver-kubelet-client`, or a `system:masters` identity): whoever
 //! can reach a node's port cannot read its pods' logs. Behind `rkube_daemon::serve`'s limits.
@@ -47,7 +47,8 @@ pub async fn guard_logs(req: Request, next: Next) -> Response {
         .extensions()
         .get::<ConnectInfo<Caller>>()
         .is_some_and(|c| c.0.may_read_logs);
-    if !allowed && req.uri().path().starts_with("/containerLogs/") {
+    let path = req.uri().path();
+    if !allowed && (path.starts_with("/containerLogs/") || path.starts_with("/stats/")) {
         return (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
     }
     next.run(req).await

@@ -47,6 +47,59 @@ const MAX_LOG_BYTES: usize = 64 * 1024 * 1024;
 const LOG_DEADLINE: Duration = Duration::from_secs(120);
 
 impl KubeletClient {
+    /// `segments` on the kubelet of `node` (a Node object): where its status says, validated.
+    pub fn url(&self, node: &Value, segments: &[&str]) -> Result<reqwest::Url, ApiError> {
+        let node_name = node["metadata"]["name"].as_str().unwrap_or("");
+        let unusable =
+            |what: &str| ApiError::bad_request(format!("node {node_name} has no usable {what}"));
+        let ip: IpAddr = node::address(node, "InternalIP")
+            .and_then(|a| a.parse().ok())
+            .filter(reachable)
+            .ok_or_else(|| unusable("InternalIP address"))?;
+        let port = match node::kubelet_port(node) {
+            None => 10250,
+            Some(p) => u16::try_from(p)
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| unusable("kubelet port"))?,
+        };
+        let mut url = reqwest::Url::parse(&format!("{}://127.0.0.1/", self.scheme))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        url.set_ip_host(ip)
+            .and_then(|_| url.set_port(Some(port)))
+            .map_err(|_| ApiError::internal("building the kubelet URL"))?;
+        url.path_segments_mut()
+            .map_err(|_| ApiError::internal("building the kubelet URL"))?
+            .clear()
+            .extend(segments);
+        Ok(url)
+    }
+
+    /// A small JSON document from a kubelet (its `/stats/summary`), within the header timeout
+    /// and a size cap.
+    pub async fn get_json(&self, url: reqwest::Url) -> Result<Value, String> {
+        const MAX: usize = 16 * 1024 * 1024;
+        let fetch = async {
+            let resp = self.http.get(url).send().await.map_err(|e| e.to_string())?;
+            if !resp.status().is_success() {
+                return Err(format!("status {}", resp.status().as_u16()));
+            }
+            let mut body = Vec::new();
+            let mut stream = resp.bytes_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| e.to_string())?;
+                if body.len() + chunk.len() > MAX {
+                    return Err("the answer is too large".into());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            serde_json::from_slice(&body).map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(HEADER_TIMEOUT, fetch)
+            .await
+            .unwrap_or_else(|_| Err("no answer in time".into()))
+    }
+
     pub fn new(cfg: &KubeletConfig) -> anyhow::Result<Self> {
         let mut b = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -216,29 +269,8 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::internal("no node registry"))?;
     let node_obj: Value =
         serde_json::from_slice(&nodes.get("", node_name, None).await?).unwrap_or(Value::Null);
-    let unusable =
-        |what: &str| ApiError::bad_request(format!("node {node_name} has no usable {what}"));
-    let ip: IpAddr = node::address(&node_obj, "InternalIP")
-        .and_then(|a| a.parse().ok())
-        .filter(reachable)
-        .ok_or_else(|| unusable("InternalIP address"))?;
-    let port = match node::kubelet_port(&node_obj) {
-        None => 10250,
-        Some(p) => u16::try_from(p)
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| unusable("kubelet port"))?,
-    };
     let kubelet = &s.state.kubelet;
-    let mut url = reqwest::Url::parse(&format!("{}://127.0.0.1/", kubelet.scheme))
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    url.set_ip_host(ip)
-        .and_then(|_| url.set_port(Some(port)))
-        .map_err(|_| ApiError::internal("building the kubelet URL"))?;
-    url.path_segments_mut()
-        .map_err(|_| ApiError::internal("building the kubelet URL"))?
-        .clear()
-        .extend(["containerLogs", ns, name, &container]);
+    let mut url = kubelet.url(&node_obj, &["containerLogs", ns, name, &container])?;
     if !options.is_empty() {
         let mut pairs = url.query_pairs_mut();
         for (k, v) in &options {

@@ -9,6 +9,7 @@ pub mod create;
 pub mod delete;
 pub mod discovery;
 pub mod logs;
+pub mod metrics_api;
 pub mod openapi;
 pub mod patch;
 pub mod read;
@@ -211,6 +212,9 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
                 let table = table::wants_table(header(req.headers(), "accept"));
                 computed::component_statuses(&state, &info, table).await
             }
+            "nodes" | "pods" if def.group == "metrics.k8s.io" => metrics_api::serve(&state, &info)
+                .await
+                .map(|v| json_value(StatusCode::OK, &v)),
             _ => reviews::serve(&state, def, &info, &user, req).await,
         }
         .unwrap_or_else(|e| error_response(&e));

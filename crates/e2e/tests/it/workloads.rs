@@ -796,3 +796,69 @@ async fn kubectl_debug_adds_a_running_ephemeral_container() {
     contains(&err, "Duplicate value");
     assert_eq!(k.jsonpath(&["pod", "web"], "{.status.phase}"), "Running");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_shows_simulated_usage() {
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+    // Usage by annotation, per container; a second pod with requests only drifts around a
+    // share of them.
+    apply(
+        &c,
+        &k,
+        "busy.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: busy
+  labels: {app: busy}
+  annotations: {sim.rkube.io/cpu-usage: 250m, sim.rkube.io/memory-usage: 300Mi}
+spec:
+  containers: [{name: main, image: nginx}, {name: side, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: calm, labels: {app: calm}}
+spec:
+  containers:
+  - name: main
+    image: nginx
+    resources: {requests: {cpu: "1", memory: 1Gi}}
+"#,
+    );
+    k.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/busy",
+        "pod/calm",
+        "--timeout=60s",
+    ]);
+    let top = k.ok(&["top", "pod", "busy", "--containers"]);
+    contains(&top, "busy   main   250m");
+    contains(&top, "300Mi");
+    contains(&k.ok(&["top", "pod", "busy"]), "500m");
+    let calm = k.ok(&["top", "pod", "-l", "app=calm", "--no-headers"]);
+    let cpu: i64 = calm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.trim_end_matches('m').parse().ok())
+        .unwrap_or_else(|| panic!("no cpu in {calm:?}"));
+    assert!((250..=450).contains(&cpu), "{calm}");
+    // The node: its pods plus its own share, as a percentage of allocatable.
+    let nodes = k.ok(&["top", "node", "--no-headers"]);
+    contains(&nodes, "node-1");
+    contains(&nodes, "%");
+    // The API as clients see it.
+    let raw = k.ok(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/busy",
+    ]);
+    contains(&raw, "\"kind\":\"PodMetrics\"");
+    let missing = k.fails(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope",
+    ]);
+    contains(&missing, "NotFound");
+}
