@@ -83,12 +83,26 @@ pub async fn update_revision(
         match api.create(&rev).await {
             Ok(r) => return Ok(Some((Arc::new(r), collisions))),
             Err(e) if e.is_already_exists() => {
-                let existing = api
-                    .get(rev.metadata.name.as_deref().unwrap_or_default())
-                    .await?;
-                let ours = controller_ref(&existing.metadata).is_some_and(|c| c.uid == uid);
-                if ours && existing.data.as_ref().map(|d| &d.0) == Some(&data) {
-                    return Ok(None);
+                let name = rev.metadata.name.clone().unwrap_or_default();
+                let existing = api.get(&name).await?;
+                if existing.data.as_ref().map(|d| &d.0) == Some(&data) {
+                    match controller_ref(&existing.metadata) {
+                        // Ours, not yet in the cache.
+                        Some(c) if c.uid == uid => return Ok(None),
+                        // An orphan of an earlier owner of this name (deleted with
+                        // `--cascade=orphan`): adopted, so its pods need no replacing.
+                        None => {
+                            let mut refs = existing.metadata.owner_references.unwrap_or_default();
+                            refs.extend(rev.metadata.owner_references.unwrap_or_default());
+                            let patch = Patch::Merge(json!({"metadata": {
+                                "ownerReferences": refs,
+                                "resourceVersion": existing.metadata.resource_version,
+                            }}));
+                            api.patch(&name, &patch).await?;
+                            return Ok(None);
+                        }
+                        Some(_) => {}
+                    }
                 }
                 collisions += 1;
             }

@@ -90,8 +90,29 @@ pub fn spawn_workers<C, F, Fut>(
             while let Some(key) = queue.get().await {
                 adds.inc();
                 let start = tokio::time::Instant::now();
-                let result = reconcile(controller.clone(), key.clone()).await;
+                // A panic (a defect, never input's fault to bring down the controller) is a
+                // failed reconcile: logged, retried with backoff, the worker lives on.
+                let result = {
+                    use futures_util::FutureExt;
+                    std::panic::AssertUnwindSafe(reconcile(controller.clone(), key.clone()))
+                        .catch_unwind()
+                        .await
+                };
                 latency.observe_duration(start.elapsed());
+                let result = match result {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::error!(
+                            controller = name,
+                            key,
+                            "reconcile panicked; retrying with backoff"
+                        );
+                        errors.inc();
+                        queue.add_rate_limited(key.clone());
+                        queue.done(&key);
+                        continue;
+                    }
+                };
                 match result {
                     Ok(next) => {
                         queue.forget(&key);

@@ -85,14 +85,16 @@ struct Container {
     always_pull: bool,
     /// From the start until the startup probe succeeds (readiness and liveness wait for it).
     startup_delay: Option<Duration>,
-    /// From startup until the readiness probe has succeeded `successThreshold` times.
-    readiness_delay: Option<Duration>,
+    /// The readiness probe: (its `initialDelaySeconds`, the periods for its further
+    /// successes); it succeeds once both the delay and the startup probe are past.
+    readiness: Option<(Duration, Duration)>,
     never_ready: bool,
     /// How long each run lasts; `None`: until stopped.
     run: Option<Duration>,
-    /// When, after a start, the liveness probe has failed `failureThreshold` times and the
-    /// container is killed (`sim.rkube.io/liveness-fail-after` on a container with a probe).
-    liveness_kill: Option<Duration>,
+    /// The liveness probe's failure (`sim.rkube.io/liveness-fail-after` on a container with a
+    /// probe): (from when, after a start, it fails — once the startup probe is past too —,
+    /// the `failureThreshold` periods until the kill).
+    liveness_kill: Option<(Duration, Duration)>,
     /// The current run ends by the liveness probe, not by itself.
     killed: bool,
     exit_code: i32,
@@ -184,13 +186,13 @@ fn hex_id(seed: &str) -> String {
     out
 }
 
-/// How long after a probe starts it has succeeded `successThreshold` times in a row:
-/// `initialDelaySeconds`, then a period per further success.
-fn probe_success(p: &k8s_openapi::api::core::v1::Probe) -> Duration {
+/// A probe's (`initialDelaySeconds`, time for its further `successThreshold` − 1 successes).
+fn probe_success(p: &k8s_openapi::api::core::v1::Probe) -> (Duration, Duration) {
     let secs = |v: Option<i32>, d: i32| v.unwrap_or(d).max(0) as u64;
     let successes = secs(p.success_threshold, 1).max(1);
-    Duration::from_secs(
-        secs(p.initial_delay_seconds, 0) + (successes - 1) * secs(p.period_seconds, 10).max(1),
+    (
+        Duration::from_secs(secs(p.initial_delay_seconds, 0)),
+        Duration::from_secs((successes - 1) * secs(p.period_seconds, 10).max(1)),
     )
 }
 
@@ -241,17 +243,22 @@ impl Container {
                         |v: Option<i32>, d: i32| Duration::from_secs(v.unwrap_or(d).max(1) as u64);
                     let delay =
                         Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64);
-                    after.max(delay)
-                        + secs(p.period_seconds, 10)
-                            * p.failure_threshold.unwrap_or(3).max(1) as u32
+                    (
+                        after.max(delay),
+                        secs(p.period_seconds, 10) * p.failure_threshold.unwrap_or(3).max(1) as u32,
+                    )
                 });
         Container {
             name: spec.name.clone(),
             image: spec.image.clone().unwrap_or_default(),
             kind,
             always_pull: spec.image_pull_policy.as_deref() == Some("Always"),
-            startup_delay: spec.startup_probe.as_ref().map(probe_success),
-            readiness_delay: spec.readiness_probe.as_ref().map(probe_success),
+            startup_delay: spec
+                .startup_probe
+                .as_ref()
+                .map(probe_success)
+                .map(|(delay, more)| delay + more),
+            readiness: spec.readiness_probe.as_ref().map(probe_success),
             never_ready: o.never_ready,
             run,
             liveness_kill,
@@ -510,9 +517,12 @@ impl PodSim {
                         c.opened_at = Some(until);
                     }
                     // Regular init containers are never ready while they run.
-                    let ready_at = (c.kind != Kind::Init && !c.never_ready)
-                        .then(|| until + startup + c.readiness_delay.unwrap_or(Duration::ZERO));
-                    let liveness_kill = c.liveness_kill.map(|k| k + startup);
+                    let ready_at = (c.kind != Kind::Init && !c.never_ready).then(|| {
+                        let (delay, more) = c.readiness.unwrap_or_default();
+                        until + delay.max(startup) + more
+                    });
+                    let liveness_kill =
+                        c.liveness_kill.map(|(from, more)| from.max(startup) + more);
                     c.killed = liveness_kill.is_some_and(|k| c.run.is_none_or(|r| k < r));
                     let exit_at = if c.killed { liveness_kill } else { c.run }.map(|d| until + d);
                     c.step = Step::Running {
@@ -1123,8 +1133,9 @@ mod tests {
         sim.advance(next.unwrap(), rkube_client::now(), &stages, &mut images);
         assert_eq!(cs(&sim).started, Some(true));
         assert!(!cs(&sim).ready);
-        // Readiness: 1 s delay, then three successes two seconds apart, after the startup.
-        let ready_at = started_at + Duration::from_secs(4 + 1 + 2 * 2);
+        // Readiness: its 1 s delay is long past at the startup (4 s); then two more successes
+        // two seconds apart.
+        let ready_at = started_at + Duration::from_secs(4 + 2 * 2);
         let (_, next) = sim.advance(
             started_at + Duration::from_secs(4),
             rkube_client::now(),

@@ -24,6 +24,8 @@ pub struct PodEntry {
     /// For pod (anti-)affinity and topology spreading.
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
+    /// Being deleted: not counted by topology spreading.
+    pub terminating: bool,
 }
 
 pub struct NodeInfo {
@@ -177,6 +179,7 @@ impl Cache {
             assumed,
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             labels: p.metadata.labels.clone().unwrap_or_default(),
+            terminating: p.metadata.deletion_timestamp.is_some(),
         }
     }
 

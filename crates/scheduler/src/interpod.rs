@@ -187,7 +187,11 @@ pub fn prepare(p: &Pod, cache: &Cache) -> Option<State> {
             counts.entry(v.clone()).or_insert(0);
         }
         for e in cache.entries() {
-            if e.namespace != ns || !eligible.contains(e.node.as_str()) || !sel.matches(&e.labels) {
+            if e.terminating
+                || e.namespace != ns
+                || !eligible.contains(e.node.as_str())
+                || !sel.matches(&e.labels)
+            {
                 continue;
             }
             if let Some(v) = node_label(&e.node, &c.topology_key) {
@@ -222,9 +226,10 @@ pub fn prepare(p: &Pod, cache: &Cache) -> Option<State> {
     let mut any_affinity_match = false;
     if !(aff.is_empty() && anti.is_empty() && preferred.is_empty()) {
         for e in cache.entries() {
-            for (t, d) in aff.iter().zip(aff_domains.iter_mut()) {
-                if t.matches(&e.namespace, &e.labels) {
-                    any_affinity_match = true;
+            // A pod counts for the required affinity only when it matches every term.
+            if !aff.is_empty() && aff.iter().all(|t| t.matches(&e.namespace, &e.labels)) {
+                any_affinity_match = true;
+                for (t, d) in aff.iter().zip(aff_domains.iter_mut()) {
                     if let Some(v) = node_label(&e.node, &t.key) {
                         d.insert(v);
                     }
@@ -294,11 +299,14 @@ pub fn filter(st: &State, info: &NodeInfo) -> Result<(), Reason> {
         }
     }
     // InterPodAffinity's order: the pod's affinity, its anti-affinity, then existing pods'.
-    if !st.affinity_free {
-        for (t, domains) in &st.affinity {
-            if !l.get(&t.key).is_some_and(|v| domains.contains(v)) {
-                return Err(R_AFFINITY);
-            }
+    for (t, domains) in &st.affinity {
+        // The first of a self-affine group still needs every topology key on the node.
+        let ok = match l.get(&t.key) {
+            None => false,
+            Some(v) => st.affinity_free || domains.contains(v),
+        };
+        if !ok {
+            return Err(R_AFFINITY);
         }
     }
     for (key, domains) in &st.anti {
@@ -312,20 +320,16 @@ pub fn filter(st: &State, info: &NodeInfo) -> Result<(), Reason> {
     Ok(())
 }
 
-/// (matching pods in the node's domains for soft spread constraints — fewer is better,
-/// preferred pod (anti-)affinity weight of its domains — more is better).
-pub fn score(st: &State, info: &NodeInfo) -> (i64, i64) {
+/// (matching pods in the node's domains for soft spread constraints — fewer is better;
+/// `None` when the node lacks one of their keys, which scores worst — and the preferred pod
+/// (anti-)affinity weight of its domains — more is better).
+pub fn score(st: &State, info: &NodeInfo) -> (Option<i64>, i64) {
     let l = labels(info);
     let spread = st
         .spread
         .iter()
         .filter(|s| !s.hard)
-        .map(|s| {
-            l.get(&s.key)
-                .and_then(|v| s.counts.get(v))
-                .copied()
-                .unwrap_or(0)
-        })
+        .map(|s| l.get(&s.key).map(|v| s.counts.get(v).copied().unwrap_or(0)))
         .sum();
     let affinity = st
         .preferred
@@ -421,8 +425,8 @@ mod tests {
             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]}),
         );
         let st = prepare(&soft, &c).unwrap();
-        assert_eq!(score(&st, &c.nodes["a"]).0, 2);
-        assert_eq!(score(&st, &c.nodes["c"]).0, 0);
+        assert_eq!(score(&st, &c.nodes["a"]).0, Some(2));
+        assert_eq!(score(&st, &c.nodes["c"]).0, Some(0));
         assert_eq!(filter(&st, &c.nodes["a"]), Ok(()));
     }
 

@@ -105,6 +105,9 @@ pub struct Scheduler {
     /// A pod was found unschedulable for want of other pods (pod affinity, spread skew): the
     /// next pod placed on a node wakes the parked ones.
     waiting_on_pods: std::sync::atomic::AtomicBool,
+    /// Such wake-ups at most once a second: the last, and whether one is already due.
+    last_wake: Mutex<Option<std::time::Instant>>,
+    wake_due: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The claim and volume informers' caches.
@@ -163,6 +166,8 @@ impl Scheduler {
             binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
             storage: std::sync::OnceLock::new(),
             waiting_on_pods: std::sync::atomic::AtomicBool::new(false),
+            last_wake: Mutex::new(None),
+            wake_due: Arc::default(),
         })
     }
 
@@ -198,7 +203,7 @@ impl Scheduler {
                         cache.add_pod(&key, p, node);
                         drop(cache);
                         if placed && self.waiting_on_pods.swap(false, Ordering::Relaxed) {
-                            self.queue.move_all();
+                            self.wake_waiting();
                         }
                     }
                     None if self.is_ours(p) => {
@@ -218,6 +223,26 @@ impl Scheduler {
                     self.queue.move_all(); // its resources are free again
                 }
             }
+        }
+    }
+
+    /// Moves the parked pods back to be tried again — at once, or a second after the last
+    /// time, so a pod that never fits cannot make every placement re-queue them all.
+    fn wake_waiting(&self) {
+        const EVERY: Duration = Duration::from_secs(1);
+        let now = std::time::Instant::now();
+        let mut last = self.last_wake.lock().unwrap();
+        let wait = last.map_or(Duration::ZERO, |t| EVERY.saturating_sub(now - t));
+        if wait.is_zero() {
+            *last = Some(now);
+            self.queue.move_all();
+        } else if !self.wake_due.swap(true, Ordering::Relaxed) {
+            let (queue, due) = (self.queue.clone(), self.wake_due.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                due.store(false, Ordering::Relaxed);
+                queue.move_all();
+            });
         }
     }
 

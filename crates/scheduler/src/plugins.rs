@@ -170,8 +170,9 @@ pub struct Raw {
     pub prefer_taints: i64,
     /// Sum of matching preferred node-affinity weights (more is better).
     pub affinity: i64,
-    /// Pods matching soft spread constraints in the node's domains (fewer is better).
-    pub topology_spread: i64,
+    /// Pods matching soft spread constraints in the node's domains (fewer is better; `None`:
+    /// the node lacks a constraint's key, the worst).
+    pub topology_spread: Option<i64>,
     /// Preferred pod affinity minus anti-affinity weights of the node's domains.
     pub pod_affinity: i64,
 }
@@ -229,7 +230,7 @@ pub fn raw_scores(p: &Pod, info: &NodeInfo, nonzero: &Resources) -> Raw {
         same_owner,
         prefer_taints,
         affinity,
-        topology_spread: 0,
+        topology_spread: Some(0),
         pod_affinity: 0,
     }
 }
@@ -240,7 +241,11 @@ pub fn totals(raws: &[Raw]) -> Vec<i64> {
     let max_taint = raws.iter().map(|r| r.prefer_taints).max().unwrap_or(0);
     let max_aff = raws.iter().map(|r| r.affinity).max().unwrap_or(0);
     let reverse = |v: i64, max: i64| if max == 0 { 100 } else { (max - v) * 100 / max };
-    let max_spread = raws.iter().map(|r| r.topology_spread).max().unwrap_or(0);
+    let max_spread = raws
+        .iter()
+        .filter_map(|r| r.topology_spread)
+        .max()
+        .unwrap_or(0);
     let (min_pa, max_pa) = (
         raws.iter().map(|r| r.pod_affinity).min().unwrap_or(0),
         raws.iter().map(|r| r.pod_affinity).max().unwrap_or(0),
@@ -254,7 +259,7 @@ pub fn totals(raws: &[Raw]) -> Vec<i64> {
             } else {
                 r.affinity * 100 / max_aff
             };
-            let topology = reverse(r.topology_spread, max_spread);
+            let topology = r.topology_spread.map_or(0, |v| reverse(v, max_spread));
             let pod_aff = if max_pa == min_pa {
                 0
             } else {

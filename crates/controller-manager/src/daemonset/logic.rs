@@ -87,7 +87,8 @@ fn hash_of(p: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// `maxUnavailable` (or `maxSurge`) against `desired`: a number, or a percentage rounded up.
+/// `maxUnavailable` (or `maxSurge`) against `desired`: a number, or a percentage (at most
+/// 100) rounded up.
 pub fn scaled(v: Option<&IntOrString>, desired: i32, default: i32) -> i32 {
     match v {
         None => default,
@@ -95,7 +96,7 @@ pub fn scaled(v: Option<&IntOrString>, desired: i32, default: i32) -> i32 {
         Some(IntOrString::String(s)) => s
             .trim_end_matches('%')
             .parse::<i64>()
-            .map(|p| ((p.max(0) * i64::from(desired) + 99) / 100) as i32)
+            .map(|p| ((p.clamp(0, 100) * i64::from(desired) + 99) / 100) as i32)
             .unwrap_or(default),
     }
 }

@@ -99,6 +99,10 @@ impl DaemonSetController {
             .into_iter()
             .filter(|p| controller_ref(&p.metadata).is_some_and(|r| r.uid == uid))
             .collect();
+        if ds.metadata.deletion_timestamp.is_some() {
+            // Being deleted: the collector removes its pods and revisions; nothing to write.
+            return Ok(None);
+        }
         let revs = revisions::owned(&self.ctx, &ds.metadata);
         let spec = ds.spec.clone().unwrap_or_default();
         let owner = revisions::Owner {
@@ -158,7 +162,13 @@ impl DaemonSetController {
         let limit = spec.revision_history_limit.unwrap_or(10);
         revisions::prune(&self.ctx, ns, &revs, &live, limit).await?;
         if ds.status.as_ref() != Some(&plan.status) {
-            let patch = Patch::Merge(json!({"status": plan.status}));
+            // Absent fields are cleared, not left as they were (a merge patch keeps what it
+            // does not name).
+            let mut status = json!(plan.status);
+            if plan.status.number_unavailable.is_none() {
+                status["numberUnavailable"] = serde_json::Value::Null;
+            }
+            let patch = Patch::Merge(json!({ "status": status }));
             match Api::<DaemonSet>::namespaced(&self.ctx.client, ns)
                 .patch_status(name, &patch)
                 .await

@@ -126,17 +126,23 @@ fn failed_at(p: &Pod, now: DateTime<Utc>) -> DateTime<Utc> {
 
 /// `1,3-5,7` ↔ the set of indexes (upstream's compressed interval list).
 pub fn parse_indexes(s: &str, completions: i32) -> BTreeSet<i32> {
-    let mut out = BTreeSet::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        if let (Ok(a), Ok(b)) = (a.parse::<i32>(), b.parse::<i32>()) {
-            // Bounded by completions: a forged status cannot make this loop long.
-            for i in a.max(0)..=b.min(completions.saturating_sub(1)) {
-                out.insert(i);
-            }
-        }
-    }
-    out
+    index_ranges(s, completions)
+        .into_iter()
+        .flat_map(|(a, b)| a..=b)
+        .collect()
+}
+
+/// The ranges `a-b,c` names, clipped to `[0, completions)`, without expanding them.
+pub fn index_ranges(s: &str, completions: i32) -> Vec<(i32, i32)> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .filter_map(|part| {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            let (a, b) = (a.parse::<i32>().ok()?.max(0), b.parse::<i32>().ok()?);
+            let b = b.min(completions.saturating_sub(1));
+            (a <= b).then_some((a, b))
+        })
+        .collect()
 }
 
 pub fn format_indexes(set: &BTreeSet<i32>) -> String {
@@ -274,10 +280,10 @@ fn index_failures(
             match policy.and_then(|pol| failure_rule(pol, p)).map(|r| r.0) {
                 Some("Ignore") => {}
                 Some("FailIndex") => {
-                    count += 1;
+                    count = count.saturating_add(1);
                     out.failed.insert(i);
                 }
-                _ => count += 1,
+                _ => count = count.saturating_add(1),
             }
             let at = failed_at(p, now);
             let last = out.last.entry(i).or_insert(at);
@@ -304,9 +310,17 @@ pub fn success_rule(
     policy.rules.iter().enumerate().find_map(|(i, r)| {
         let met = match (&r.succeeded_indexes, r.succeeded_count) {
             (Some(idx), count) => {
-                let required = parse_indexes(idx, completions);
-                let done = required.intersection(completed).count();
-                !required.is_empty() && count.map_or(done == required.len(), |c| done as i32 >= c)
+                // Counted over the ranges: `0-2147483647` is never expanded.
+                let required = index_ranges(idx, completions);
+                let size: i64 = required
+                    .iter()
+                    .map(|(a, b)| i64::from(*b) - i64::from(*a) + 1)
+                    .sum();
+                let done = completed
+                    .iter()
+                    .filter(|i| required.iter().any(|(a, b)| (a..=b).contains(i)))
+                    .count() as i64;
+                size > 0 && count.map_or(done == size, |c| done >= i64::from(c))
             }
             (None, Some(c)) => completed.len() as i32 >= c,
             (None, None) => false,
@@ -689,8 +703,13 @@ pub fn plan(
             }
         }
         let room = (parallelism as usize).saturating_sub(running.len());
+        // Only as many pending indexes as may start now are looked at: `completions` may be
+        // large.
         let mut pending: Vec<i32> = Vec::new();
         for i in 0..c {
+            if pending.len() >= room.min(MAX_CREATE) {
+                break;
+            }
             if completed.contains(&i) || running.contains(&i) {
                 continue;
             }

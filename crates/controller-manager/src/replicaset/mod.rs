@@ -100,7 +100,7 @@ fn matching_sets<K: Set>(ctx: &Ctx, pod: &Pod) -> Vec<String> {
             pod.metadata.namespace.as_deref().unwrap_or_default(),
         )
         .iter()
-        .filter_map(|o| Some((key_of(&**o), o.view().spec.clone()?.selector)))
+        .filter_map(|o| Some((key_of(&**o), o.view().spec.as_ref()?.selector.clone())))
         .collect();
     let labels = labels_of(&pod.metadata);
     views

@@ -7,6 +7,7 @@
 //! owners from `persistentVolumeClaimRetentionPolicy`, and the status.
 
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetStatus};
@@ -21,6 +22,8 @@ use crate::replicaset::logic::{is_available, is_ready, until_available};
 
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+/// The most pods one sync creates (Parallel; OrderedReady creates one).
+pub const MAX_CREATE: usize = 500;
 
 /// Why a pod goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +119,7 @@ fn on_delete(set: &StatefulSet) -> bool {
 
 /// The plan for `set` over the pods it controls; `current`/`update`: the names of its
 /// current and update revisions; `claim_terminating(ord)`: a claim of that ordinal is being
-/// deleted (its pod waits, as upstream's stale-claim check).
+/// deleted or is stale (`claim_is_stale`: its pod waits).
 pub fn plan(
     set: &StatefulSet,
     pods: &[Arc<Pod>],
@@ -128,32 +131,36 @@ pub fn plan(
 ) -> Plan {
     let name = set.metadata.name.as_deref().unwrap_or_default();
     let spec = spec(set);
-    let (start, count) = (start(set), replicas(set));
+    // In i64: `ordinals.start` + `replicas` may pass i32::MAX.
+    let (start, count) = (i64::from(start(set)), i64::from(replicas(set)));
     let mrs = spec.min_ready_seconds.unwrap_or(0);
-    let mut slots: Vec<Option<&Arc<Pod>>> = vec![None; count as usize];
+    // The replicas present, by index (ordinal − start); the work below is bounded by the pods
+    // there are (and MAX_CREATE), never by `replicas`.
+    let mut slots: BTreeMap<i64, &Arc<Pod>> = BTreeMap::new();
     let mut condemned: Vec<(i32, &Arc<Pod>)> = Vec::new();
     for p in pods {
         match ordinal(name, p) {
-            Some(o) if o >= start && o - start < count => slots[(o - start) as usize] = Some(p),
+            Some(o) if i64::from(o) >= start && i64::from(o) - start < count => {
+                slots.insert(i64::from(o) - start, p);
+            }
             Some(o) => condemned.push((o, p)),
             None => {}
         }
     }
     condemned.sort_by_key(|(o, _)| Reverse(*o));
     let available = |p: &Pod| running_ready(p) && !terminating(p) && is_available(p, mrs, now);
-    // The first unavailable pod, by ordinal: a replica, else the lowest condemned one.
-    let first_unavailable: Option<i32> = slots
-        .iter()
-        .enumerate()
-        .find(|(_, s)| !s.is_some_and(|p| available(p)))
-        .map(|(i, _)| start + i as i32)
-        .or_else(|| {
+    // Whether the first unavailable pod, by ordinal, is condemned pod `o`: every replica is
+    // there and available, and no lower condemned pod is unavailable.
+    let replicas_available = slots.len() as i64 == count && slots.values().all(|p| available(p));
+    let first_unavailable: Option<i32> = replicas_available
+        .then(|| {
             condemned
                 .iter()
                 .rev()
                 .find(|(_, p)| !available(p))
                 .map(|(o, _)| *o)
-        });
+        })
+        .flatten();
 
     let mut plan = Plan {
         status: status(
@@ -175,22 +182,27 @@ pub fn plan(
         return plan;
     }
     let monotonic = spec.pod_management_policy.as_deref() != Some("Parallel");
-    let at_update = |ord: i32| match partition(set) {
+    // Below the partition (counted from `ordinals.start`), a new pod gets the current revision.
+    let at_update = |idx: i64| match partition(set) {
         _ if on_delete(set) => true,
-        Some(p) => ord >= p,
+        Some(p) => idx >= i64::from(p),
         None => {
-            ord >= set
-                .status
-                .as_ref()
-                .map_or(0, |s| s.current_replicas.unwrap_or(0))
+            idx >= i64::from(
+                set.status
+                    .as_ref()
+                    .map_or(0, |s| s.current_replicas.unwrap_or(0)),
+            )
         }
     };
 
     // The replicas, in order; in OrderedReady the first that is not yet Running and
-    // Available stops the sync.
-    for (i, slot) in slots.iter().enumerate() {
-        let ord = start + i as i32;
-        let blocked = match slot {
+    // Available stops the sync. At most MAX_CREATE pods are created per sync.
+    let mut idx = 0;
+    while idx < count && plan.create.len() < MAX_CREATE {
+        let Ok(ord) = i32::try_from(start + idx) else {
+            break;
+        };
+        let blocked = match slots.get(&idx) {
             Some(p) if matches!(phase(p), "Failed" | "Succeeded") => {
                 if !terminating(p) {
                     plan.delete.push(((*p).clone(), Why::Finished));
@@ -198,18 +210,17 @@ pub fn plan(
                 true
             }
             None => {
-                if claim_terminating(ord) {
-                    true
-                } else {
-                    plan.create.push((ord, at_update(ord)));
-                    true
+                if !claim_terminating(ord) {
+                    plan.create.push((ord, at_update(idx)));
                 }
+                true
             }
             Some(p) => terminating(p) || !running_ready(p) || !is_available(p, mrs, now),
         };
         if blocked && monotonic {
             return plan;
         }
+        idx += 1;
     }
 
     // Condemned pods, from the highest ordinal; OrderedReady deletes one at a time, only while
@@ -239,31 +250,28 @@ pub fn plan(
 
     // The rolling update: from the highest ordinal down to the partition, replacing pods at an
     // old revision while at most `maxUnavailable` (default 1) are unavailable.
-    let min = partition(set).unwrap_or(0).max(0) as usize;
+    let min = i64::from(partition(set).unwrap_or(0).max(0));
     let max_unavailable = spec
         .update_strategy
         .as_ref()
         .and_then(|u| u.rolling_update.as_ref())
         .and_then(|r| r.max_unavailable.as_ref());
     if let Some(mu) = max_unavailable {
-        let allowed = crate::daemonset::logic::scaled(Some(mu), count, 1).max(1);
-        let unavailable = slots
-            .iter()
-            .filter(|s| !s.is_some_and(|p| available(p)))
-            .count();
-        let mut budget = (allowed as usize).saturating_sub(unavailable);
-        for slot in slots.iter().skip(min).rev() {
+        let allowed = i64::from(crate::daemonset::logic::scaled(Some(mu), count as i32, 1).max(1));
+        let unavailable = count - slots.values().filter(|p| available(p)).count() as i64;
+        let mut budget = (allowed - unavailable).max(0);
+        for p in slots.range(min..).rev().map(|(_, p)| p) {
             if budget == 0 {
                 break;
             }
-            if let Some(p) = slot.filter(|p| revision(p) != update && !terminating(p)) {
-                plan.delete.push((p.clone(), Why::Update));
+            if revision(p) != update && !terminating(p) {
+                plan.delete.push(((*p).clone(), Why::Update));
                 budget -= 1;
             }
         }
     } else {
-        for slot in slots.iter().skip(min).rev() {
-            let Some(p) = slot else { break };
+        for target in (min..count).rev() {
+            let Some(p) = slots.get(&target) else { break };
             if revision(p) != update && !terminating(p) {
                 plan.delete.push(((*p).clone(), Why::Update));
                 break;
@@ -287,7 +295,7 @@ pub fn plan(
 /// Upstream's `updateStatus` then `completeRollingUpdate`.
 fn status(
     set: &StatefulSet,
-    slots: &[Option<&Arc<Pod>>],
+    slots: &BTreeMap<i64, &Arc<Pod>>,
     condemned: &[(i32, &Arc<Pod>)],
     current: &str,
     update: &str,
@@ -296,11 +304,7 @@ fn status(
 ) -> StatefulSetStatus {
     let mrs = spec(set).min_ready_seconds.unwrap_or(0);
     let (mut replicas, mut ready, mut available, mut at_current, mut at_update) = (0, 0, 0, 0, 0);
-    for p in slots
-        .iter()
-        .flatten()
-        .chain(condemned.iter().map(|(_, p)| p))
-    {
+    for p in slots.values().chain(condemned.iter().map(|(_, p)| p)) {
         replicas += 1;
         if running_ready(p) {
             ready += 1;
@@ -449,9 +453,13 @@ pub fn claim_owners(
     };
     let set_uid = set.metadata.uid.as_deref().unwrap_or_default();
     let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    // The set's and the pod's references are rewritten; one to an earlier pod of the same
+    // name is stale and goes.
     let mut out: Vec<OwnerReference> = existing
         .iter()
         .filter(|r| r.uid != set_uid && r.uid != pod_uid)
+        .filter(|r| !(r.kind == "Pod" && r.name == pod_name))
         .cloned()
         .collect();
     if by_set {
@@ -463,6 +471,24 @@ pub fn claim_owners(
     let has = |uid: &str| existing.iter().any(|r| r.uid == uid);
     let same = has(set_uid) == by_set && has(pod_uid) == by_pod && out.len() == existing.len();
     (!same).then_some(out)
+}
+
+/// A claim is stale for pod `pod_name` about to be created when a pod of that name owned it
+/// under `whenScaled: Delete` (upstream's `PodClaimIsStale`): the garbage collector is about
+/// to delete it, so the new pod waits rather than mount it.
+pub fn claim_is_stale(set: &StatefulSet, claim: &PersistentVolumeClaim, pod_name: &str) -> bool {
+    let when_scaled = spec(set)
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .and_then(|p| p.when_scaled.as_deref());
+    claim.metadata.deletion_timestamp.is_some()
+        || (when_scaled == Some("Delete")
+            && claim
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.kind == "Pod" && r.name == pod_name))
 }
 
 #[cfg(test)]
@@ -816,5 +842,54 @@ mod tests {
             uids(claim_owners(&policy("Retain", "Retain", 3), &p1, &other)),
             None
         );
+    }
+
+    #[test]
+    fn huge_replicas_and_ordinals_stay_bounded() {
+        let s = set(
+            json!({"spec": {"replicas": 2_000_000_000, "podManagementPolicy": "Parallel",
+            "ordinals": {"start": i32::MAX - 5}}}),
+        );
+        let p = run(&s, &[]);
+        assert_eq!(p.create.len(), 6, "ordinals stop at i32::MAX");
+        let s =
+            set(json!({"spec": {"replicas": 2_000_000_000, "podManagementPolicy": "Parallel"}}));
+        assert_eq!(run(&s, &[]).create.len(), MAX_CREATE);
+        let s = set(json!({"spec": {"replicas": 2_000_000_000}}));
+        assert_eq!(run(&s, &[]).create, [(0, true)]);
+    }
+
+    #[test]
+    fn the_partition_counts_from_the_first_ordinal() {
+        let s = set(
+            json!({"spec": {"ordinals": {"start": 3}, "podManagementPolicy": "Parallel",
+            "updateStrategy": {"rollingUpdate": {"partition": 2}}}}),
+        );
+        let p = run(&s, &[pod(3, "r1", "Running", true)]);
+        assert_eq!(p.create, [(4, false), (5, true)]);
+    }
+
+    #[test]
+    fn a_claim_owned_by_an_earlier_pod_is_stale() {
+        let claim = |owners: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(
+                json!({"metadata": {"name": "www-web-2", "ownerReferences": owners}}),
+            )
+            .unwrap()
+        };
+        let scaled = set(
+            json!({"spec": {"persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Delete"}}}),
+        );
+        let old_pod = json!([{"apiVersion": "v1", "kind": "Pod", "name": "web-2", "uid": "old"}]);
+        assert!(claim_is_stale(&scaled, &claim(old_pod.clone()), "web-2"));
+        assert!(!claim_is_stale(&scaled, &claim(json!([])), "web-2"));
+        assert!(
+            !claim_is_stale(&set(json!({})), &claim(old_pod.clone()), "web-2"),
+            "Retain reuses it"
+        );
+        // A stale reference is dropped when the claim's owners are rewritten.
+        let p2 = pod(2, "r", "Running", true);
+        let refs: Vec<OwnerReference> = serde_json::from_value(old_pod).unwrap();
+        assert_eq!(claim_owners(&set(json!({})), &p2, &refs), Some(vec![]));
     }
 }

@@ -113,11 +113,12 @@ impl StatefulSetController {
             update.metadata.name.clone().unwrap_or_default(),
         );
         let claim_terminating = |ord: i32| {
+            let pod_name = format!("{name}-{ord}");
             logic::claims_for(&set, ord).iter().any(|c| {
                 self.ctx
                     .claims
                     .get_in(ns, c.metadata.name.as_deref().unwrap_or_default())
-                    .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+                    .is_some_and(|c| logic::claim_is_stale(&set, &c, &pod_name))
             })
         };
         let plan = logic::plan(
@@ -183,10 +184,13 @@ impl StatefulSetController {
             .iter()
             .filter_map(|p| p.metadata.name.as_deref())
             .collect();
+        // The ordinals this sync could act on: those owned, and as many more as it may create
+        // — never all of a huge `replicas`.
         let (start, count) = (logic::start(set), logic::replicas(set));
+        let reach = count.min(i32::try_from(owned.len() + logic::MAX_CREATE).unwrap_or(i32::MAX));
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         let mut adopted = Vec::new();
-        for ord in start..start.saturating_add(count) {
+        for ord in start..start.saturating_add(reach) {
             let pod_name = format!("{name}-{ord}");
             if mine.contains(pod_name.as_str()) {
                 continue;
@@ -279,9 +283,11 @@ impl StatefulSetController {
                     "ownerReferences": owners,
                     "resourceVersion": claim.metadata.resource_version,
                 }}));
+                // A failure (a conflict too) stops the sync before any pod is deleted: a
+                // condemned pod goes only once its claims say what should become of them.
                 match api.patch(&cname, &patch).await {
                     Ok(_) => {}
-                    Err(e) if e.is_not_found() || e.is_conflict() => {}
+                    Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
             }
