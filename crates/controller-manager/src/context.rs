@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{
     ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
 };
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -39,6 +40,7 @@ pub struct Ctx {
     pub cronjobs: Arc<Store<CronJob>>,
     pub statefulsets: Arc<Store<StatefulSet>>,
     pub revisions: Arc<Store<ControllerRevision>>,
+    pub hpas: Arc<Store<HorizontalPodAutoscaler>>,
     pub nodes: Arc<Store<Node>>,
     /// Node heartbeats: Leases in `kube-node-lease`.
     pub node_leases: Arc<Store<Lease>>,
@@ -146,6 +148,8 @@ impl Ctx {
         starts.push(s);
         let (revisions, s) = informer(Api::<ControllerRevision>::all(&client), &metrics);
         starts.push(s);
+        let (hpas, s) = informer(Api::<HorizontalPodAutoscaler>::all(&client), &metrics);
+        starts.push(s);
         let (nodes, s) = informer(Api::<Node>::all(&client), &metrics);
         starts.push(s);
         let (node_leases, s) = informer(
@@ -192,6 +196,7 @@ impl Ctx {
             daemonsets,
             statefulsets,
             revisions,
+            hpas,
             nodes,
             node_leases,
             namespaces,
@@ -226,6 +231,7 @@ impl Ctx {
         self.daemonsets.wait_synced().await;
         self.statefulsets.wait_synced().await;
         self.revisions.wait_synced().await;
+        self.hpas.wait_synced().await;
         self.nodes.wait_synced().await;
         self.node_leases.wait_synced().await;
         self.namespaces.wait_synced().await;

@@ -14,6 +14,7 @@ pub mod endpointslicemirroring;
 pub mod expectations;
 pub mod gc;
 pub mod history;
+pub mod hpa;
 pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
@@ -41,7 +42,7 @@ use rkube_daemon::metrics::Registry;
 use rkube_daemon::ShutdownToken;
 use tokio::net::TcpListener;
 
-pub const CONTROLLERS: [&str; 21] = [
+pub const CONTROLLERS: [&str; 22] = [
     "deployment",
     "replicaset",
     "replicationcontroller",
@@ -49,6 +50,7 @@ pub const CONTROLLERS: [&str; 21] = [
     "daemonset",
     "job",
     "cronjob",
+    "horizontalpodautoscaling",
     "ttl-after-finished",
     "garbagecollector",
     "pod-garbage-collector",
@@ -84,6 +86,8 @@ pub struct Config {
     /// shorten it).
     pub job_backoff: std::time::Duration,
     pub clock: Clock,
+    /// `--horizontal-pod-autoscaler-sync-period` (upstream: 15 s).
+    pub hpa_sync_period: Duration,
     /// `--terminated-pod-gc-threshold`; 0 keeps every finished pod.
     pub terminated_pod_gc_threshold: usize,
     /// How often the pod collector runs, and how long a node must be gone before its pods
@@ -112,6 +116,7 @@ impl Config {
             job_workers: 5,
             job_backoff: job::logic::BACKOFF_BASE,
             clock: Arc::new(rkube_client::now),
+            hpa_sync_period: Duration::from_secs(15),
             terminated_pod_gc_threshold: 12_500,
             podgc_period: podgc::PERIOD,
             podgc_quarantine: podgc::QUARANTINE,
@@ -204,6 +209,9 @@ async fn run_controllers(
     let cronjobs = config
         .enabled("cronjob")
         .then(|| cronjob::CronJobController::new(ctx.clone(), config.clock.clone()));
+    let hpas = config.enabled("horizontalpodautoscaling").then(|| {
+        hpa::HpaController::new(ctx.clone(), config.hpa_sync_period, config.clock.clone())
+    });
     let podgc = config.enabled("pod-garbage-collector").then(|| {
         podgc::PodGc::new(
             ctx.clone(),
@@ -293,6 +301,9 @@ async fn run_controllers(
     }
     if let Some(c) = &podgc {
         c.start(shutdown.clone());
+    }
+    if let Some(c) = &hpas {
+        c.start(5, shutdown.clone());
     }
     if let Some(c) = &ttl {
         c.start(2, shutdown.clone());

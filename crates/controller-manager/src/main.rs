@@ -35,6 +35,8 @@ struct Flags {
     terminated_pod_gc_threshold: usize,
     #[arg(long, default_value_t = 20)]
     concurrent_gc_syncs: usize,
+    #[arg(long, default_value = "15s")]
+    horizontal_pod_autoscaler_sync_period: GoDuration,
     #[arg(long, default_value = "40s")]
     node_monitor_grace_period: GoDuration,
     #[arg(long, default_value = "5s")]
@@ -66,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
     config.gc_workers = f.concurrent_gc_syncs;
     config.job_workers = f.concurrent_job_syncs;
     config.terminated_pod_gc_threshold = f.terminated_pod_gc_threshold;
+    config.hpa_sync_period = f.horizontal_pod_autoscaler_sync_period.into();
     config.node_monitor_grace_period = f.node_monitor_grace_period.into();
     config.node_monitor_period = f.node_monitor_period.into();
     config.root_ca = f

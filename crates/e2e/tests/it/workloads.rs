@@ -862,3 +862,55 @@ spec:
     ]);
     contains(&missing, "NotFound");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_scales_a_deployment_on_simulated_usage() {
+    let c = Cluster::start(Opts {
+        controller_manager: vec!["--horizontal-pod-autoscaler-sync-period=1s".into()],
+        ..Opts::default()
+    })
+    .await;
+    let k = kubectl(&c);
+    // Each pod uses 90m of its 100m request: 90 % against a 50 % target.
+    apply(
+        &c,
+        &k,
+        "hot.yaml",
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hot}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: hot}}
+  template:
+    metadata:
+      labels: {app: hot}
+      annotations: {sim.rkube.io/cpu-usage: 90m}
+    spec:
+      containers:
+      - name: app
+        image: nginx
+        resources: {requests: {cpu: 100m}}
+"#,
+    );
+    k.ok(&["rollout", "status", "deployment/hot", "--timeout=60s"]);
+    k.ok(&[
+        "autoscale",
+        "deployment",
+        "hot",
+        "--min=1",
+        "--max=5",
+        "--cpu-percent=50",
+    ]);
+    eventually("the Deployment scaled to the maximum", || {
+        k.jsonpath(&["deployment", "hot"], "{.spec.replicas}") == "5"
+    });
+    eventually("the HPA's status", || {
+        k.jsonpath(
+            &["hpa", "hot"],
+            "{.status.currentMetrics[0].resource.current.averageUtilization} {.status.conditions[?(@.type==\"ScalingLimited\")].reason}",
+        ) == "90 TooManyReplicas"
+    });
+    contains(&k.ok(&["describe", "hpa", "hot"]), "SuccessfulRescale");
+    contains(&k.ok(&["get", "hpa", "hot"]), "cpu: 90%/50%");
+}
