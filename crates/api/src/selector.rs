@@ -249,6 +249,26 @@ impl LabelSelector {
         Self::from_parts(&match_labels, &exprs)
     }
 
+    /// Builds a selector from a typed `metav1.LabelSelector` (an empty one selects
+    /// everything).
+    pub fn from_api(
+        s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    ) -> Result<Self, String> {
+        let exprs: Vec<(String, String, Vec<String>)> = s
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|e| {
+                (
+                    e.key.clone(),
+                    e.operator.clone(),
+                    e.values.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        Self::from_parts(&s.match_labels.clone().unwrap_or_default(), &exprs)
+    }
+
     /// Builds a selector from the structured form used in Deployments and ReplicaSets.
     pub fn from_parts(
         match_labels: &BTreeMap<String, String>,

@@ -20,23 +20,12 @@ pub fn controller_ref(
 /// must never adopt everything).
 pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
     let s = s?;
-    let exprs: Vec<(String, String, Vec<String>)> = s
-        .match_expressions
-        .iter()
-        .flatten()
-        .map(|e| {
-            (
-                e.key.clone(),
-                e.operator.clone(),
-                e.values.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let labels: BTreeMap<String, String> = s.match_labels.clone().unwrap_or_default();
-    if labels.is_empty() && exprs.is_empty() {
+    let empty = s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && s.match_expressions.as_ref().is_none_or(|e| e.is_empty());
+    if empty {
         return None;
     }
-    Selector::from_parts(&labels, &exprs).ok()
+    Selector::from_api(s).ok()
 }
 
 pub fn labels_of(

@@ -26,27 +26,16 @@ pub const R_EXISTING_ANTI: Reason = "node(s) didn't satisfy existing pods anti-a
 /// A selector as a term or constraint means it: absent selects nothing, empty everything; with
 /// `match_label_keys` narrowed to the incoming pod's values of those keys.
 fn parse(s: Option<&LabelSelector>, keys: &[String], pod: &Pod) -> Option<Selector> {
-    let s = s?;
-    let mut labels = s.match_labels.clone().unwrap_or_default();
+    let mut s = s?.clone();
     let own = pod.metadata.labels.as_ref();
     for k in keys {
         if let Some(v) = own.and_then(|l| l.get(k)) {
-            labels.insert(k.clone(), v.clone());
+            s.match_labels
+                .get_or_insert_with(Default::default)
+                .insert(k.clone(), v.clone());
         }
     }
-    let exprs: Vec<(String, String, Vec<String>)> = s
-        .match_expressions
-        .iter()
-        .flatten()
-        .map(|e| {
-            (
-                e.key.clone(),
-                e.operator.clone(),
-                e.values.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    Selector::from_parts(&labels, &exprs).ok()
+    Selector::from_api(&s).ok()
 }
 
 /// The namespaces a term of a pod in `ns` looks at (`None`: all).

@@ -182,7 +182,7 @@ async fn only_the_leader_acts_and_a_standby_takes_over_after_a_crash() {
         (holder().await.as_deref() == Some("a")).then_some(())
     })
     .await;
-    let (b_stop, b_addr) = env.start_cm(cfg("b")).await;
+    let (b_stop, b_addr) = env.spawn_cm(cfg("b")).await;
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
     deploys
         .create(&deployment("le", 2, "nginx", 1, 0))

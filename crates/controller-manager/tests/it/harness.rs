@@ -12,6 +12,10 @@ pub trait CmEnv {
         &self,
         cfg: rkube_controller_manager::Config,
     ) -> impl std::future::Future<Output = (Cm, String)>;
+    fn spawn_cm(
+        &self,
+        cfg: rkube_controller_manager::Config,
+    ) -> impl std::future::Future<Output = (Cm, String)>;
 }
 
 impl CmEnv for Env {
@@ -21,13 +25,35 @@ impl CmEnv for Env {
         cfg
     }
 
-    /// Runs a controller-manager in-process. Returns it and its health/metrics address.
-    async fn start_cm(&self, cfg: rkube_controller_manager::Config) -> (Cm, String) {
+    /// Runs a controller-manager in-process without waiting for it (a standby that may never
+    /// lead). Returns it and its health/metrics address.
+    async fn spawn_cm(&self, cfg: rkube_controller_manager::Config) -> (Cm, String) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let stop = ShutdownToken::new();
         let task = tokio::spawn(rkube_controller_manager::run(cfg, listener, stop.clone()));
         (Cm { stop, task }, addr)
+    }
+
+    /// Runs a controller-manager in-process and waits until it is ready.
+    async fn start_cm(&self, cfg: rkube_controller_manager::Config) -> (Cm, String) {
+        let (cm, addr) = self.spawn_cm(cfg).await;
+        // Ready once every informer has listed and the controllers run: a test's deadlines
+        // then measure the controllers, not a start slowed by a loaded machine.
+        let http = reqwest::Client::new();
+        wait_for(
+            "the controller-manager ready",
+            Duration::from_secs(90),
+            || {
+                let (http, url) = (http.clone(), format!("{addr}/readyz"));
+                async move {
+                    let r = http.get(&url).send().await.ok()?;
+                    r.status().is_success().then_some(())
+                }
+            },
+        )
+        .await;
+        (cm, addr)
     }
 }
 
