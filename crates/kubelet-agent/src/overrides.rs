@@ -10,7 +10,7 @@
 //! | `ready`        | `false`                        | its readiness probe never succeeds            |
 //! | `liveness-fail-after` | a duration              | its liveness probe (if it has one) fails from then on: killed (137) after `failureThreshold` × `periodSeconds`, restarted as the restart policy says |
 //! | `cpu-usage`    | a quantity (`250m`, `1`)       | the CPU it uses (`kubectl top`, the HPA); default: a share of its request that drifts over minutes |
-//! | `memory-usage` | a quantity (`300Mi`)           | the memory it uses; default likewise          |
+//! | `memory-usage` | a quantity (`300Mi`)           | the memory it uses; default likewise; above the memory limit each run ends OOMKilled |
 //!
 //! A crash after N seconds is `run-duration: Ns` with a non-zero `exit-code`.
 

@@ -95,6 +95,11 @@ struct Container {
     /// probe): (from when, after a start, it fails — once the startup probe is past too —,
     /// the `failureThreshold` periods until the kill).
     liveness_kill: Option<(Duration, Duration)>,
+    /// Its simulated memory use is above its limit: each run ends OOMKilled (137).
+    oom: bool,
+    /// How long its `preStop` hook keeps it running once deletion starts (a `sleep` action or
+    /// a `sleep N` command), within the grace period.
+    pre_stop: Duration,
     /// The current run ends by the liveness probe, not by itself.
     killed: bool,
     exit_code: i32,
@@ -162,7 +167,14 @@ fn terminated(c: &Container, code: i32, wall: DateTime<Utc>) -> ContainerState {
     ContainerState {
         terminated: Some(ContainerStateTerminated {
             exit_code: code,
-            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+            reason: Some(
+                match code {
+                    0 => "Completed",
+                    137 if c.oom && !c.killed => "OOMKilled",
+                    _ => "Error",
+                }
+                .into(),
+            ),
             started_at: c.state.running.as_ref().and_then(|r| r.started_at.clone()),
             finished_at: Some(Time(wall)),
             container_id: c.container_id.clone(),
@@ -194,6 +206,29 @@ fn probe_success(p: &k8s_openapi::api::core::v1::Probe) -> (Duration, Duration) 
         Duration::from_secs(secs(p.initial_delay_seconds, 0)),
         Duration::from_secs((successes - 1) * secs(p.period_seconds, 10).max(1)),
     )
+}
+
+/// How long a `preStop` hook takes: a `sleep` action's seconds, or the N of an exec'd
+/// `sleep N` (directly or through `sh -c`); other hooks end at once.
+fn pre_stop_duration(h: &k8s_openapi::api::core::v1::LifecycleHandler) -> Duration {
+    if let Some(s) = &h.sleep {
+        return Duration::from_secs(s.seconds.max(0) as u64);
+    }
+    let words: Vec<&str> = h
+        .exec
+        .as_ref()
+        .and_then(|e| e.command.as_ref())
+        .into_iter()
+        .flatten()
+        .flat_map(|w| w.split_whitespace())
+        .collect();
+    words
+        .windows(2)
+        .find(|w| w[0] == "sleep" || w[0].ends_with("/sleep"))
+        .and_then(|w| w[1].parse::<f64>().ok())
+        .filter(|n| n.is_finite() && *n >= 0.0)
+        .map(|n| Duration::from_secs_f64(n.min(86_400.0)))
+        .unwrap_or_default()
 }
 
 /// A runtime's image id for `image`: its repository and a stable digest.
@@ -233,7 +268,23 @@ impl Container {
                 None => None,
             },
         };
-        let exit_code = o.exit_code.or(crash.map(|k| k.exit_code)).unwrap_or(0);
+        // Memory use above the limit: killed by the OOM killer after a short run.
+        let limit = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| rkube_api::quantity::parse_value(&q.0));
+        let oom = o
+            .memory_usage
+            .zip(limit)
+            .is_some_and(|(used, limit)| used > limit);
+        let run = if oom { Some(stages.run) } else { run };
+        let exit_code = if oom {
+            137
+        } else {
+            o.exit_code.or(crash.map(|k| k.exit_code)).unwrap_or(0)
+        };
         let liveness_kill =
             spec.liveness_probe
                 .as_ref()
@@ -263,6 +314,13 @@ impl Container {
             run,
             liveness_kill,
             killed: false,
+            oom,
+            pre_stop: spec
+                .lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref())
+                .map(pre_stop_duration)
+                .unwrap_or_default(),
             exit_code,
             step: Step::WaitSandbox,
             state: waiting(
@@ -750,12 +808,18 @@ impl PodSim {
             return Vec::new();
         }
         self.deleting = true;
-        let stop = stages.stop.min(grace);
         let mut events = Vec::new();
         for c in &mut self.containers {
             if c.step == Step::Exited {
                 continue;
             }
+            // A running container's preStop hook runs first; all of it within the grace.
+            let hook = if c.started {
+                c.pre_stop
+            } else {
+                Duration::ZERO
+            };
+            let stop = (stages.stop + hook).min(grace);
             if c.started {
                 events.push(ev(
                     false,
@@ -1338,6 +1402,54 @@ mod tests {
             .find(|c| c.type_ == t)
             .unwrap();
         (c.status.clone(), c.reason.clone())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_over_the_limit_is_oom_killed_and_pre_stop_delays_the_stop() {
+        let stages = Stages::fast();
+        let t0 = Instant::now();
+        let mut images = HashSet::new();
+        let p = pod_with(
+            json!({"restartPolicy": "Always", "containers": [{"name": "c", "image": "app",
+                "resources": {"limits": {"memory": "256Mi"}}}]}),
+            json!({"sim.rkube.io/memory-usage": "300Mi"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        let (evs, _) = sim.advance(
+            t0 + crate::stages::DEFAULT_RUN,
+            rkube_client::now(),
+            &stages,
+            &mut images,
+        );
+        assert_eq!(reasons(&evs), ["BackOff"], "restarted with back-off");
+        let cs = sim.status(&p, "h").container_statuses.unwrap()[0].clone();
+        let last = cs.last_state.unwrap().terminated.unwrap();
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref()),
+            (137, Some("OOMKilled"))
+        );
+        assert_eq!(cs.restart_count, 1);
+        // Within the limit it runs on.
+        let p = pod_with(
+            json!({"containers": [{"name": "c", "image": "app",
+                "resources": {"limits": {"memory": "512Mi"}},
+                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 5"]}}}}]}),
+            json!({"sim.rkube.io/memory-usage": "300Mi"}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, None, "runs until stopped");
+        // Deleted: the preStop hook's 5 s, within a 30 s grace period.
+        sim.delete(t0, Duration::from_secs(30), &stages);
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, Some(t0 + stages.stop + Duration::from_secs(5)));
+        // A shorter grace period cuts it.
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        sim.delete(t0, Duration::from_secs(2), &stages);
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, Some(t0 + Duration::from_secs(2)));
     }
 
     #[tokio::test(start_paused = true)]
