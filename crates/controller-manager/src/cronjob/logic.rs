@@ -122,7 +122,27 @@ pub fn plan(cj: &CronJob, jobs: &[Arc<Job>], now: DateTime<Utc>) -> Plan {
     let mut active = Vec::new();
     for j in jobs {
         match finished(j) {
-            None => active.push(job_ref(j)),
+            None => {
+                // A running Job it did not start (`kubectl create job --from`): taken into
+                // the active list, with upstream's warning. Its own Jobs carry their schedule
+                // (a cached status may not list one just created yet).
+                let scheduled = j
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(SCHEDULED_AT));
+                if !was_active.contains(&name(j)) && !scheduled {
+                    plan.events.push(ev(
+                        true,
+                        "UnexpectedJob",
+                        format!(
+                            "Saw a job that the controller did not create or forgot: {}",
+                            name(j)
+                        ),
+                    ));
+                }
+                active.push(job_ref(j))
+            }
             Some(cond) => {
                 if was_active.contains(&name(j)) {
                     plan.events.push(ev(
@@ -436,11 +456,23 @@ mod tests {
             job("bb", Some("Complete")),
             job("b", Some("Complete")),
             job("f", Some("Failed")),
+            job("manual", None),
         ];
         let p = plan(&cj, &jobs, now);
-        assert!(p.status.active.is_none());
+        let active: Vec<String> = p
+            .status
+            .active
+            .iter()
+            .flatten()
+            .filter_map(|r| r.name.clone())
+            .collect();
+        assert_eq!(
+            active,
+            ["manual"],
+            "a running Job it did not start joins the list"
+        );
         let reasons: Vec<&str> = p.events.iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, ["SawCompletedJob", "MissingJob"]);
+        assert_eq!(reasons, ["SawCompletedJob", "UnexpectedJob", "MissingJob"]);
         assert!(p.status.last_successful_time.is_some());
         let deleted: Vec<String> = p
             .delete

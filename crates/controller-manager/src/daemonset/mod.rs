@@ -178,7 +178,14 @@ impl DaemonSetController {
                 Err(e) => return Err(e),
             }
         }
-        Ok(None)
+        // Pods ready but not yet available (`minReadySeconds`): look again when they are.
+        let mrs = spec.min_ready_seconds.unwrap_or(0);
+        let now = rkube_client::now();
+        Ok(pods
+            .iter()
+            .filter_map(|p| crate::replicaset::logic::until_available(p, mrs, now))
+            .min()
+            .map(|s| std::time::Duration::from_secs(s.max(1) as u64)))
     }
 
     /// The daemon pod for `node`: the template, the daemon tolerations, bound to the node by a
