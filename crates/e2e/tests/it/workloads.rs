@@ -818,6 +818,17 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
+metadata:
+  name: hog
+  annotations: {sim.rkube.io/memory-usage: 300Mi}
+spec:
+  containers:
+  - name: main
+    image: nginx
+    resources: {limits: {memory: 256Mi}}
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: calm, labels: {app: calm}}
 spec:
   containers:
@@ -861,6 +872,20 @@ spec:
         "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope",
     ]);
     contains(&missing, "NotFound");
+    // Above its memory limit a container is OOM-killed, and restarted with back-off.
+    eventually("the hog OOM-killed", || {
+        k.jsonpath(
+            &["pod", "hog"],
+            "{.status.containerStatuses[0].lastState.terminated.reason}",
+        ) == "OOMKilled"
+    });
+    assert_eq!(
+        k.jsonpath(
+            &["pod", "hog"],
+            "{.status.containerStatuses[0].lastState.terminated.exitCode}"
+        ),
+        "137"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
