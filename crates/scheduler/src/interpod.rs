@@ -3,9 +3,8 @@
 //! (`filter`) and scored (`score`). A pod with no spread constraints and no pod (anti-)affinity,
 //! in a cluster where no pod has required anti-affinity, skips all of it.
 //!
-//! Namespaces of affinity terms: the term's `namespaces`, else the pod's own; an empty
-//! `namespaceSelector` means every namespace (a non-empty one is not evaluated: the scheduler
-//! keeps no namespace labels).
+//! Namespaces of affinity terms: the term's `namespaces` and those its `namespaceSelector`
+//! selects (an empty one: every namespace), else the pod's own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -38,19 +37,23 @@ fn parse(s: Option<&LabelSelector>, keys: &[String], pod: &Pod) -> Option<Select
     Selector::from_api(&s).ok()
 }
 
+/// Names of the namespaces whose labels a selector matches.
+pub type NamespacesOf<'a> = &'a dyn Fn(&Selector) -> Vec<String>;
+
 /// The namespaces a term of a pod in `ns` looks at (`None`: all).
-fn namespaces(t: &PodAffinityTerm, ns: &str) -> Option<HashSet<String>> {
-    let listed: HashSet<String> = t.namespaces.iter().flatten().cloned().collect();
-    let all = t.namespace_selector.as_ref().is_some_and(|s| {
-        s.match_labels.as_ref().is_none_or(|m| m.is_empty())
-            && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
-    });
-    if all {
-        None
-    } else if listed.is_empty() {
-        Some(HashSet::from([ns.to_string()]))
-    } else {
-        Some(listed)
+fn namespaces(t: &PodAffinityTerm, ns: &str, selected: NamespacesOf) -> Option<HashSet<String>> {
+    let mut listed: HashSet<String> = t.namespaces.iter().flatten().cloned().collect();
+    match &t.namespace_selector {
+        None if listed.is_empty() => Some(HashSet::from([ns.to_string()])),
+        None => Some(listed),
+        Some(s) => {
+            let sel = Selector::from_api(s).ok()?;
+            if sel.is_empty() {
+                return None;
+            }
+            listed.extend(selected(&sel));
+            Some(listed)
+        }
     }
 }
 
@@ -63,7 +66,7 @@ struct Term {
 }
 
 impl Term {
-    fn new(t: &PodAffinityTerm, owner: &Pod, weight: i64) -> Term {
+    fn new(t: &PodAffinityTerm, owner: &Pod, weight: i64, selected: NamespacesOf) -> Term {
         let ns = owner.metadata.namespace.as_deref().unwrap_or_default();
         Term {
             key: t.topology_key.clone(),
@@ -72,7 +75,7 @@ impl Term {
                 t.match_label_keys.as_deref().unwrap_or(&[]),
                 owner,
             ),
-            namespaces: namespaces(t, ns),
+            namespaces: namespaces(t, ns, selected),
             weight,
         }
     }
@@ -112,7 +115,7 @@ pub struct State {
 }
 
 /// The state for `p`, or `None` when neither plugin has anything to say about it.
-pub fn prepare(p: &Pod, cache: &Cache) -> Option<State> {
+pub fn prepare(p: &Pod, cache: &Cache, selected: NamespacesOf) -> Option<State> {
     let spec = p.spec.as_ref()?;
     let constraints: &[TopologySpreadConstraint] =
         spec.topology_spread_constraints.as_deref().unwrap_or(&[]);
@@ -198,16 +201,16 @@ pub fn prepare(p: &Pod, cache: &Cache) -> Option<State> {
     }
 
     // InterPodAffinity.
-    let aff: Vec<Term> = aff.iter().map(|t| Term::new(t, p, 0)).collect();
-    let anti: Vec<Term> = anti.iter().map(|t| Term::new(t, p, 0)).collect();
+    let aff: Vec<Term> = aff.iter().map(|t| Term::new(t, p, 0, selected)).collect();
+    let anti: Vec<Term> = anti.iter().map(|t| Term::new(t, p, 0, selected)).collect();
     let mut preferred: Vec<Term> = pref_aff
         .iter()
-        .map(|w| Term::new(&w.pod_affinity_term, p, i64::from(w.weight)))
+        .map(|w| Term::new(&w.pod_affinity_term, p, i64::from(w.weight), selected))
         .collect();
     preferred.extend(
         pref_anti
             .iter()
-            .map(|w| Term::new(&w.pod_affinity_term, p, -i64::from(w.weight))),
+            .map(|w| Term::new(&w.pod_affinity_term, p, -i64::from(w.weight), selected)),
     );
     let mut aff_domains: Vec<HashSet<String>> = vec![HashSet::new(); aff.len()];
     let mut anti_domains: Vec<HashSet<String>> = vec![HashSet::new(); anti.len()];
@@ -257,7 +260,7 @@ pub fn prepare(p: &Pod, cache: &Cache) -> Option<State> {
             let term = Term {
                 key: t.topology_key.clone(),
                 selector: parse(t.label_selector.as_ref(), &[], p),
-                namespaces: namespaces(t, owner_ns),
+                namespaces: namespaces(t, owner_ns, selected),
                 weight: 0,
             };
             if term.matches(ns, &own_labels) {
@@ -365,7 +368,7 @@ mod tests {
     }
 
     fn verdicts(p: &Pod, c: &Cache) -> Vec<Result<(), Reason>> {
-        let st = prepare(p, c).expect("something to check");
+        let st = prepare(p, c, &|_| Vec::new()).expect("something to check");
         ["a", "b", "c"]
             .iter()
             .map(|n| filter(&st, &c.nodes[*n]))
@@ -374,7 +377,12 @@ mod tests {
 
     #[test]
     fn nothing_to_do_costs_nothing() {
-        assert!(prepare(&pod("p", "web", json!({})), &cache(&[("w", "web", "a")])).is_none());
+        assert!(prepare(
+            &pod("p", "web", json!({})),
+            &cache(&[("w", "web", "a")]),
+            &|_| Vec::new()
+        )
+        .is_none());
     }
 
     #[test]
@@ -413,7 +421,7 @@ mod tests {
             json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]}),
         );
-        let st = prepare(&soft, &c).unwrap();
+        let st = prepare(&soft, &c, &|_| Vec::new()).unwrap();
         assert_eq!(score(&st, &c.nodes["a"]).0, Some(2));
         assert_eq!(score(&st, &c.nodes["c"]).0, Some(0));
         assert_eq!(filter(&st, &c.nodes["a"]), Ok(()));
@@ -445,6 +453,23 @@ mod tests {
             verdicts(&other_ns, &c),
             [Err(R_AFFINITY), Err(R_AFFINITY), Err(R_AFFINITY)]
         );
+        // A namespaceSelector brings the namespaces it selects in.
+        let mut selecting = other_ns.clone();
+        selecting.spec.as_mut().unwrap().affinity = serde_json::from_value(json!({"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "db"}},
+                "topologyKey": "zone", "namespaceSelector": {"matchLabels": {"team": "data"}}}]}}))
+        .unwrap();
+        let st = prepare(&selecting, &c, &|sel| {
+            let l = [("team".to_string(), "data".to_string())].into();
+            if sel.matches(&l) {
+                vec!["d".into()]
+            } else {
+                vec![]
+            }
+        })
+        .unwrap();
+        assert_eq!(filter(&st, &c.nodes["a"]), Ok(()));
+        assert_eq!(filter(&st, &c.nodes["c"]), Err(R_AFFINITY));
         // The first of a self-affine group may go anywhere.
         let group = pod(
             "p",
@@ -473,7 +498,7 @@ mod tests {
             "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm": term("db", "zone")[0]}]},
             "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 4, "podAffinityTerm": term("db", "kubernetes.io/hostname")[0]}]}}}),
         );
-        let st = prepare(&pref, &c).unwrap();
+        let st = prepare(&pref, &c, &|_| Vec::new()).unwrap();
         let w: Vec<i64> = ["a", "b", "c"]
             .iter()
             .map(|n| score(&st, &c.nodes[*n]).1)

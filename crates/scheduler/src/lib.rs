@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use rand::Rng;
 use rkube_client::events::{object_ref, Recorder};
 use rkube_client::informer::{key_of, split_key, Change};
@@ -102,6 +102,8 @@ pub struct Scheduler {
     binds: Arc<tokio::sync::Semaphore>,
     /// Claims and volumes, for the volume filter (set once the informers start).
     storage: std::sync::OnceLock<StorageCaches>,
+    /// Namespaces, for affinity terms' `namespaceSelector`s (set once the informers start).
+    namespaces: std::sync::OnceLock<Arc<Store<Namespace>>>,
     /// A pod was found unschedulable for want of other pods (pod affinity, spread skew): the
     /// next pod placed on a node wakes the parked ones.
     waiting_on_pods: std::sync::atomic::AtomicBool,
@@ -165,6 +167,7 @@ impl Scheduler {
             m,
             binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
             storage: std::sync::OnceLock::new(),
+            namespaces: std::sync::OnceLock::new(),
             waiting_on_pods: std::sync::atomic::AtomicBool::new(false),
             last_wake: Mutex::new(None),
             wake_due: Arc::default(),
@@ -290,6 +293,8 @@ impl Scheduler {
         export(&self.metrics, "pods", pods.stats());
         export(&self.metrics, "persistentvolumeclaims", claims.stats());
         export(&self.metrics, "persistentvolumes", volumes.stats());
+        let namespaces = Informer::new(Api::<Namespace>::all(&self.client), ListParams::default());
+        export(&self.metrics, "namespaces", namespaces.stats());
         // A claim or volume appearing or binding may make a waiting pod schedulable.
         let q = self.queue.clone();
         claims.store().on_change(move |c| {
@@ -322,6 +327,8 @@ impl Scheduler {
         let claims = claims.spawn(shutdown.clone());
         let volumes = volumes.spawn(shutdown.clone());
         let _ = self.storage.set((claims.clone(), volumes.clone()));
+        let namespaces = namespaces.spawn(shutdown.clone());
+        let _ = self.namespaces.set(namespaces.clone());
         let me = self.clone();
         nodes.store().on_change(move |c| me.on_node(c));
         let me = self.clone();
@@ -335,6 +342,7 @@ impl Scheduler {
                 pods.wait_synced().await;
                 claims.wait_synced().await;
                 volumes.wait_synced().await;
+                namespaces.wait_synced().await;
             } => {}
         }
         tracing::info!(nodes = nodes.len(), "caches synced; scheduling");
@@ -376,7 +384,19 @@ impl Scheduler {
             })?,
             None => Vec::new(),
         };
-        let pod_state = interpod::prepare(p, &cache);
+        let selected = |sel: &rkube_api::LabelSelector| -> Vec<String> {
+            self.namespaces
+                .get()
+                .map(|ns| {
+                    ns.list()
+                        .iter()
+                        .filter(|n| sel.matches(&n.metadata.labels.clone().unwrap_or_default()))
+                        .filter_map(|n| n.metadata.name.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let pod_state = interpod::prepare(p, &cache, &selected);
         let want = plugins::nodes_to_find(total, self.config.percentage_of_nodes_to_score);
         let start = self.next_start.load(Ordering::Relaxed) % total;
         let mut feasible = Vec::new();
