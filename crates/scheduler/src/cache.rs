@@ -26,8 +26,11 @@ pub struct PodEntry {
     pub labels: BTreeMap<String, String>,
     /// Being deleted: not counted by topology spreading.
     pub terminating: bool,
+    /// `spec.priority`: who may preempt it.
+    pub priority: i32,
 }
 
+#[derive(Clone)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
     pub allocatable: Resources,
@@ -50,7 +53,7 @@ impl NodeInfo {
         }
     }
 
-    fn add(&mut self, e: &PodEntry) {
+    pub fn add(&mut self, e: &PodEntry) {
         self.requested.add(&e.requested);
         self.nonzero.add(&e.nonzero);
         for p in &e.ports {
@@ -61,7 +64,7 @@ impl NodeInfo {
         }
     }
 
-    fn remove(&mut self, e: &PodEntry) {
+    pub fn remove(&mut self, e: &PodEntry) {
         self.requested.sub(&e.requested);
         self.nonzero.sub(&e.nonzero);
         for p in &e.ports {
@@ -180,12 +183,18 @@ impl Cache {
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             labels: p.metadata.labels.clone().unwrap_or_default(),
             terminating: p.metadata.deletion_timestamp.is_some(),
+            priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
         }
     }
 
     /// Every pod on a node (bound or assumed).
     pub fn entries(&self) -> impl Iterator<Item = &PodEntry> {
         self.pods.values()
+    }
+
+    /// Every pod on a node, with its `namespace/name` key.
+    pub fn keyed_entries(&self) -> impl Iterator<Item = (&String, &PodEntry)> {
+        self.pods.iter()
     }
 
     /// The pods with required anti-affinity, and their terms.

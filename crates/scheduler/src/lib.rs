@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod interpod;
 pub mod plugins;
+pub mod preemption;
 pub mod queue;
 pub mod resources;
 pub mod volumes;
@@ -225,6 +226,67 @@ impl Scheduler {
                 if assigned {
                     self.queue.move_all(); // its resources are free again
                 }
+            }
+        }
+    }
+
+    /// DefaultPreemption for a pod that fits nowhere: nominates the node where evicting
+    /// lower-priority pods makes room and deletes them (each marked `DisruptionTarget` and
+    /// told `Preempted`); their deletion wakes the pod. Nothing more while an earlier
+    /// preemption for it is still terminating pods on its nominated node.
+    async fn preempt(&self, pods: &Arc<Store<Pod>>, recorder: &Recorder, pod: &Pod) {
+        let nominated = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .filter(|n| !n.is_empty());
+        let plan = {
+            let cache = self.cache.lock().unwrap();
+            if nominated
+                .as_deref()
+                .is_some_and(|n| preemption::in_progress(pod, &cache, n))
+            {
+                return;
+            }
+            preemption::plan(pod, &cache)
+        };
+        let Some(plan) = plan else {
+            return;
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(&self.client, ns);
+        let nominate =
+            json!({"metadata": {"uid": uid}, "status": {"nominatedNodeName": plan.node}});
+        if let Err(e) = api.patch_status(name, &Patch::Merge(nominate)).await {
+            tracing::debug!(pod = name, error = %e, "could not nominate a node");
+            return;
+        }
+        for key in &plan.victims {
+            let Some(victim) = pods.get(key) else {
+                continue;
+            };
+            let (vns, vname) = split_key(key);
+            let vapi: Api<Pod> = Api::namespaced(&self.client, vns);
+            let now =
+                rkube_client::now().to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Secs, true);
+            let target = json!({"metadata": {"uid": victim.metadata.uid},
+                "status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                "reason": "PreemptionByScheduler", "lastTransitionTime": now,
+                "message": format!("{}: preempting to accommodate a higher priority pod", self.config.scheduler_name)}]}});
+            let _ = vapi.patch_status(vname, &Patch::Strategic(target)).await;
+            let dp = rkube_client::DeleteParams::with_uid(
+                victim.metadata.uid.as_deref().unwrap_or_default(),
+            );
+            match vapi.delete(vname, &dp).await {
+                Ok(_) => recorder.normal(
+                    object_ref(&*victim),
+                    "Preempted",
+                    format!("Preempted by pod {uid} on node {}", plan.node),
+                ),
+                Err(e) if e.is_not_found() || e.code() == Some(409) => {}
+                Err(e) => tracing::warn!(pod = key, error = %e, "could not preempt"),
             }
         }
     }
@@ -564,6 +626,7 @@ impl Scheduler {
                         tracing::debug!(pod = %key, error = %e, "could not set PodScheduled");
                     }
                 }
+                self.preempt(pods, recorder, &pod).await;
                 self.queue.unschedulable(key, cycle);
             }
         }

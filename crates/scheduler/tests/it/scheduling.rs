@@ -343,3 +343,63 @@ async fn gated_pods_wait_for_their_gates_to_go() {
     .unwrap();
     assert_eq!(bound_node(&env.client, "gated").await, "a");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_pod_preempts_a_lower_one() {
+    let (env, _s) = cluster(&[("a", "2")]).await;
+    for (class, value, policy) in [
+        ("high", 1000, "PreemptLowerPriority"),
+        ("polite", 2000, "Never"),
+    ] {
+        let _: serde_json::Value = env
+            .client
+            .send_json(
+                rkube_client::Method::POST,
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                Some((
+                    "application/json",
+                    serde_json::to_vec(
+                        &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                        "metadata": {"name": class}, "value": value, "preemptionPolicy": policy}),
+                    )
+                    .unwrap(),
+                )),
+            )
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    let with = |name: &str, cpu: &str, class: Option<&str>| {
+        let mut p = pod(name, cpu, json!({}));
+        let spec = p.spec.as_mut().unwrap();
+        spec.priority_class_name = class.map(String::from);
+        spec.termination_grace_period_seconds = Some(0);
+        p
+    };
+    pods.create(&with("low", "2", None)).await.unwrap();
+    assert_eq!(bound_node(&env.client, "low").await, "a");
+    // No room: the higher-priority pod has the low one evicted and takes its place.
+    pods.create(&with("high", "1", Some("high"))).await.unwrap();
+    assert_eq!(bound_node(&env.client, "high").await, "a");
+    crate::harness::wait_for(
+        "the victim gone",
+        std::time::Duration::from_secs(30),
+        || async { pods.get("low").await.is_err().then_some(()) },
+    )
+    .await;
+    // A pod that may not preempt waits, and the pod in its way stays.
+    pods.create(&with("polite", "2", Some("polite")))
+        .await
+        .unwrap();
+    assert_eq!(
+        unschedulable_message(&env.client, "polite").await,
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
+    assert!(pods
+        .get("high")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none());
+}
