@@ -560,12 +560,11 @@ pub fn set_condition(
 /// container of the pod has, an image, none of the fields only regular containers may set,
 /// and a `targetContainerName` that names one of the pod's containers.
 fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
-    let list = |v: &Value| -> Vec<Value> {
+    fn list(v: &Value) -> &[Value] {
         v.pointer("/spec/ephemeralContainers")
             .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
+            .map_or(&[], Vec::as_slice)
+    }
     let (now, before) = (list(new), list(old));
     if now == before {
         return;
@@ -576,8 +575,11 @@ fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
             .unwrap_or("")
             .to_string()
     };
-    for b in &before {
-        if !now.iter().any(|n| n == b) {
+    // By name: linear in the containers, however many a body carries.
+    let by_name: std::collections::HashMap<String, &Value> =
+        now.iter().map(|c| (name_of(c), c)).collect();
+    for b in before {
+        if by_name.get(&name_of(b)) != Some(&b) {
             causes.push(StatusCause::forbidden(
                 "spec.ephemeralContainers",
                 &format!(
@@ -587,7 +589,7 @@ fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
             ));
         }
     }
-    let regular: Vec<String> = ["containers", "initContainers"]
+    let regular: std::collections::HashSet<String> = ["containers", "initContainers"]
         .iter()
         .flat_map(|l| {
             new.pointer(&format!("/spec/{l}"))
@@ -597,7 +599,7 @@ fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
         })
         .map(|c| name_of(&c))
         .collect();
-    let mut seen: Vec<String> = regular.clone();
+    let mut seen = regular.clone();
     for (i, c) in now.iter().enumerate() {
         let path = format!("spec.ephemeralContainers[{i}]");
         let name = name_of(c);
@@ -606,7 +608,7 @@ fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
         } else if seen.contains(&name) {
             causes.push(StatusCause::duplicate(&format!("{path}.name"), &name));
         }
-        seen.push(name);
+        seen.insert(name);
         if c.get("image")
             .and_then(Value::as_str)
             .unwrap_or("")
@@ -633,7 +635,7 @@ fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
             }
         }
         if let Some(t) = c.get("targetContainerName").and_then(Value::as_str) {
-            if !t.is_empty() && !regular.iter().any(|r| r == t) {
+            if !t.is_empty() && !regular.contains(t) {
                 causes.push(StatusCause::not_found(
                     &format!("{path}.targetContainerName"),
                     t,

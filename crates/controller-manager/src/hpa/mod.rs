@@ -128,12 +128,17 @@ impl HpaController {
                 target.kind,
                 api_version.split('/').next().unwrap_or_default()
             );
-            self.recorder
-                .warning(regarding, "FailedGetScale", msg.clone());
-            conditions.push(cond("AbleToScale", false, "FailedGetScale", msg));
-            self.write_status(ns, name, &hpa, None, None, conditions, None)
-                .await?;
-            return Ok(Some(self.period));
+            return self
+                .give_up(
+                    &hpa,
+                    conditions,
+                    None,
+                    "AbleToScale",
+                    "FailedGetScale",
+                    msg,
+                    now,
+                )
+                .await;
         };
         let base = if def.group.is_empty() {
             format!("/api/{}", def.version)
@@ -154,12 +159,17 @@ impl HpaController {
             Err(e) => {
                 let msg =
                     format!("the HPA controller was unable to get the target's current scale: {e}");
-                self.recorder
-                    .warning(regarding, "FailedGetScale", msg.clone());
-                conditions.push(cond("AbleToScale", false, "FailedGetScale", msg));
-                self.write_status(ns, name, &hpa, None, None, conditions, None)
-                    .await?;
-                return Ok(Some(self.period));
+                return self
+                    .give_up(
+                        &hpa,
+                        conditions,
+                        None,
+                        "AbleToScale",
+                        "FailedGetScale",
+                        msg,
+                        now,
+                    )
+                    .await;
             }
         };
         let current = scale["spec"]["replicas"].as_i64().unwrap_or(0) as i32;
@@ -196,19 +206,39 @@ impl HpaController {
         }
 
         // The ready pods the target selects, and their usage.
-        let sel = rkube_api::LabelSelector::parse(&selector).unwrap_or_default();
+        // A target without a selector would make every pod of the namespace its own.
+        let sel = match rkube_api::LabelSelector::parse(&selector) {
+            Ok(sel) if !selector.is_empty() => sel,
+            _ => {
+                let msg = format!(
+                    "the HPA target's scale is missing a selector or has an invalid one: {selector:?}"
+                );
+                return self
+                    .give_up(
+                        &hpa,
+                        conditions,
+                        Some(current),
+                        "ScalingActive",
+                        "InvalidSelector",
+                        msg,
+                        now,
+                    )
+                    .await;
+            }
+        };
+        let empty = BTreeMap::new();
         let pods: BTreeMap<String, Arc<Pod>> = self
             .ctx
             .pods
             .by_index(index::NAMESPACE, ns)
             .into_iter()
-            .filter(|p| sel.matches(&p.metadata.labels.clone().unwrap_or_default()) && ready(p))
+            .filter(|p| sel.matches(p.metadata.labels.as_ref().unwrap_or(&empty)) && ready(p))
             .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
             .collect();
-        let mut metrics_path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods");
-        if !selector.is_empty() {
-            metrics_path.push_str(&format!("?labelSelector={}", url_escape(&selector)));
-        }
+        let metrics_path = format!(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods?labelSelector={}",
+            rkube_api::options::percent_encode(&selector)
+        );
         let usage: Result<Value, Error> = self
             .ctx
             .client
@@ -312,19 +342,17 @@ impl HpaController {
         }
         let Some(desired) = desired else {
             let (reason, msg) = failure.unwrap_or(("FailedGetResourceMetric", "no metrics".into()));
-            self.recorder.warning(regarding, reason, msg.clone());
-            conditions.push(cond("ScalingActive", false, reason, msg));
-            self.write_status(
-                ns,
-                name,
-                &hpa,
-                Some(current),
-                Some(current),
-                conditions,
-                None,
-            )
-            .await?;
-            return Ok(Some(self.period));
+            return self
+                .give_up(
+                    &hpa,
+                    conditions,
+                    Some(current),
+                    "ScalingActive",
+                    reason,
+                    msg,
+                    now,
+                )
+                .await;
         };
         conditions.push(cond(
             "ScalingActive",
@@ -400,6 +428,32 @@ impl HpaController {
         Ok(Some(self.period))
     }
 
+    /// A sync that cannot go on: a warning event, the failing condition (`kind`, `reason`,
+    /// `message`) after `conditions`, the status written; tried again next period.
+    #[allow(clippy::too_many_arguments)]
+    async fn give_up(
+        &self,
+        hpa: &HorizontalPodAutoscaler,
+        mut conditions: Vec<Value>,
+        replicas: Option<i32>,
+        kind: &str,
+        reason: &str,
+        message: String,
+        now: DateTime<Utc>,
+    ) -> Reconciled {
+        let (ns, name) = (
+            hpa.metadata.namespace.as_deref().unwrap_or_default(),
+            hpa.metadata.name.as_deref().unwrap_or_default(),
+        );
+        self.recorder
+            .warning(object_ref(hpa), reason, message.clone());
+        conditions.push(json!({"type": kind, "status": "False", "reason": reason,
+            "message": message, "lastTransitionTime": now}));
+        self.write_status(ns, name, hpa, replicas, replicas, conditions, None)
+            .await?;
+        Ok(Some(self.period))
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn write_status(
         &self,
@@ -449,16 +503,4 @@ impl HpaController {
             Err(e) => Err(e),
         }
     }
-}
-
-/// A label selector in a query string.
-fn url_escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -391,6 +391,22 @@ pub fn pod_for(set: &StatefulSet, template: &PodTemplateSpec, revision: &str, or
     }
 }
 
+/// The names of the claims pod `ord` mounts (without building the claims).
+pub fn claim_names(set: &StatefulSet, ord: i32) -> impl Iterator<Item = String> + '_ {
+    let set_name = set.metadata.name.as_deref().unwrap_or_default();
+    spec(set)
+        .volume_claim_templates
+        .iter()
+        .flatten()
+        .map(move |t| {
+            claim_name(
+                t.metadata.name.as_deref().unwrap_or_default(),
+                set_name,
+                ord,
+            )
+        })
+}
+
 /// The claims pod `ord` mounts (upstream's `getPersistentVolumeClaims`): each template named
 /// for the ordinal, with the set's selector labels.
 pub fn claims_for(set: &StatefulSet, ord: i32) -> Vec<PersistentVolumeClaim> {

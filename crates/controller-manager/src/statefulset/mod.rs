@@ -114,10 +114,10 @@ impl StatefulSetController {
         );
         let claim_terminating = |ord: i32| {
             let pod_name = format!("{name}-{ord}");
-            logic::claims_for(&set, ord).iter().any(|c| {
+            logic::claim_names(&set, ord).any(|c| {
                 self.ctx
                     .claims
-                    .get_in(ns, c.metadata.name.as_deref().unwrap_or_default())
+                    .get_in(ns, &c)
                     .is_some_and(|c| logic::claim_is_stale(&set, &c, &pod_name))
             })
         };
@@ -267,8 +267,7 @@ impl StatefulSetController {
             let Some(ord) = logic::ordinal(set_name, p) else {
                 continue;
             };
-            for c in logic::claims_for(set, ord) {
-                let cname = c.metadata.name.unwrap_or_default();
+            for cname in logic::claim_names(set, ord) {
                 let Some(claim) = self.ctx.claims.get_in(ns, &cname) else {
                     continue;
                 };
