@@ -160,12 +160,15 @@ pub fn binding_applies(binding: &Value, user: &UserInfo) -> bool {
 
 /// The Node authorizer: a kubelet (`system:node:<name>`) may read and write its own Node and
 /// Lease, the pods bound to it (and their status), create events, and read what every node
-/// reads; anything else about other nodes is denied. `pod_node` looks up a pod's
-/// `spec.nodeName` (None: no such pod). Requests from other users get no opinion.
+/// reads; the Secrets, PersistentVolumeClaims and service-account tokens its pods use;
+/// anything else about other nodes is denied. `pod_node` looks up a pod's `spec.nodeName`
+/// (None: no such pod); `pods_on(namespace, node)` lists the node's pods in a namespace.
+/// Requests from other users get no opinion.
 pub fn node_decision(
     user: &UserInfo,
     a: &Attributes,
     pod_node: impl Fn(&str, &str) -> Option<String>,
+    pods_on: impl Fn(&str, &str) -> Vec<Value>,
 ) -> Decision {
     let Some(node) = user.node_name() else {
         return Decision::NoOpinion(String::new());
@@ -209,10 +212,80 @@ pub fn node_decision(
                 )),
             }
         }
+        ("", "secrets" | "persistentvolumeclaims") if a.verb == "get" && !a.name.is_empty() => {
+            let uses = pods_on(&a.namespace, node)
+                .iter()
+                .any(|p| pod_uses(p, &a.resource, &a.name));
+            if uses {
+                Decision::Allow
+            } else {
+                // As upstream: no opinion, so that RBAC may still grant it.
+                Decision::NoOpinion(format!(
+                    "no relationship found between node '{node}' and this object"
+                ))
+            }
+        }
+        ("", "serviceaccounts") if a.subresource == "token" && a.verb == "create" => {
+            let uses = pods_on(&a.namespace, node).iter().any(|p| {
+                p.pointer("/spec/serviceAccountName")
+                    .and_then(Value::as_str)
+                    == Some(a.name.as_str())
+            });
+            if uses {
+                Decision::Allow
+            } else {
+                // As upstream: no opinion, so that RBAC may still grant it.
+                Decision::NoOpinion(format!(
+                    "no relationship found between node '{node}' and this object"
+                ))
+            }
+        }
         ("", "events") | ("events.k8s.io", "events") => Decision::Allow,
         ("", "services") | ("", "namespaces") | ("", "configmaps") if read => Decision::Allow,
         _ => Decision::NoOpinion(String::new()),
     }
+}
+
+/// Whether a pod refers to Secret or PersistentVolumeClaim `name` (volumes, projected
+/// sources, env and envFrom of every container, image pull secrets).
+pub fn pod_uses(pod: &Value, resource: &str, name: &str) -> bool {
+    let s = |v: Option<&Value>| v.and_then(Value::as_str) == Some(name);
+    let spec = &pod["spec"];
+    let volumes = spec["volumes"].as_array().into_iter().flatten();
+    if resource == "persistentvolumeclaims" {
+        return volumes
+            .clone()
+            .any(|v| s(v.pointer("/persistentVolumeClaim/claimName")));
+    }
+    let in_volume = volumes.clone().any(|v| {
+        s(v.pointer("/secret/secretName"))
+            || v.pointer("/projected/sources")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|src| s(src.pointer("/secret/name")))
+    });
+    let containers = ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|k| spec[k].as_array().into_iter().flatten());
+    let in_env = containers.clone().any(|c| {
+        c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| s(e.pointer("/valueFrom/secretKeyRef/name")))
+            || c["envFrom"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| s(e.pointer("/secretRef/name")))
+    });
+    let pull = spec["imagePullSecrets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| s(r.get("name")));
+    in_volume || in_env || pull
 }
 
 /// The string lists of a PolicyRule field.

@@ -17,8 +17,12 @@ pub struct Query {
 /// The longest query accepted (selectors of thousands of terms fit).
 pub const MAX_QUERY_BYTES: usize = 32 * 1024;
 
+/// The parameters that are lists, given once per item.
+const REPEATABLE: [&str; 2] = ["command", "ports"];
+
 impl Query {
-    /// Parses a raw query string; a repeated key or an oversized query is a 400.
+    /// Parses a raw query string; a repeated key (other than the lists `command` and `ports`
+    /// of exec and port-forward) or an oversized query is a 400.
     pub fn parse(raw: &str) -> Result<Self, ApiError> {
         if raw.len() > MAX_QUERY_BYTES {
             return Err(ApiError::bad_request(format!(
@@ -29,7 +33,7 @@ impl Query {
         let pairs = parse_query(raw);
         let mut seen = std::collections::HashSet::with_capacity(pairs.len());
         for (k, _) in &pairs {
-            if !seen.insert(k.as_str()) {
+            if !seen.insert(k.as_str()) && !REPEATABLE.contains(&k.as_str()) {
                 return Err(ApiError::bad_request(format!(
                     "the query parameter {k:?} is given more than once"
                 )));
@@ -51,6 +55,14 @@ impl Query {
         self.pairs
             .iter()
             .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of a list parameter, in order.
+    pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
 

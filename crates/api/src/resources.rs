@@ -84,7 +84,7 @@ macro_rules! res {
 #[rustfmt::skip]
 pub const RESOURCES: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false, &["ns"], &["status", "finalize"], &[], "namespaces", true),
-    res!("", "v1", "Pod", "pods", "pod", true, &["po"], &["status", "binding", "eviction", "log", "ephemeralcontainers"], &["all"], "pods", true),
+    res!("", "v1", "Pod", "pods", "pod", true, &["po"], &["status", "binding", "eviction", "log", "ephemeralcontainers", "exec", "attach", "portforward"], &["all"], "pods", true),
     res!("", "v1", "Node", "nodes", "node", false, &["no"], &["status"], &[], "minions", true),
     res!("", "v1", "Event", "events", "event", true, &["ev"], &[], &[], "events", true),
     res!("", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"], &[], &[], "configmaps", true),
@@ -205,6 +205,7 @@ pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
         "token" => &["create"],
         "binding" | "eviction" => &["create"],
         "log" => &["get"],
+        "exec" | "attach" | "portforward" => &["create", "get"],
         "finalize" => &["update"],
         _ => &[],
     }

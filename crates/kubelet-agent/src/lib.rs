@@ -2,9 +2,11 @@
 //! itself, heartbeats through its Lease, watches only its own pods (`spec.nodeName=<node>`,
 //! through the client's Reflector, with bookmarks unless turned off) and runs them through the
 //! simulated runtime (`sim`, driven by `stages`), reporting status as a kubelet does. One HTTP
-//! server serves `/healthz`, `/metrics`, the simulated container logs and each node's
-//! resource usage (`/stats/summary`) for every node.
+//! server serves `/healthz`, `/metrics`, the simulated container logs, each node's resource
+//! usage (`/stats/summary`) and the streaming sessions of exec, attach and port-forward
+//! (`exec`) for every node.
 
+pub mod exec;
 pub mod logs;
 pub mod node;
 pub mod overrides;
@@ -12,6 +14,7 @@ pub mod server;
 pub mod sim;
 pub mod stages;
 pub mod stats;
+pub mod stream;
 pub mod usage;
 pub mod worker;
 
@@ -124,16 +127,6 @@ pub async fn run(
     let ready = rkube_daemon::health::Ready::default();
     let sims: logs::Sims = Arc::default();
     let node_pods: stats::NodePods = Arc::default();
-    let app = rkube_daemon::health::router(metrics.clone(), ready.clone())
-        .merge(logs::router(sims.clone()))
-        .merge(stats::router(node_pods.clone()))
-        .layer(axum::middleware::from_fn(server::guard_logs));
-    let tls = config.tls.as_ref().map(server::server_config).transpose()?;
-    let identify = server::identify(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
-    let s = shutdown.clone();
-    let server = tokio::spawn(async move {
-        rkube_daemon::serve::serve(listener, tls, app, identify, Default::default(), s).await
-    });
     let client = Client::new(config.client.clone())?;
     let recorder = Recorder::new(&client, "kubelet", None, shutdown.clone())
         .with_rate(config.event_qps, config.event_burst);
@@ -155,6 +148,18 @@ pub async fn run(
         };
         clients.insert(name, c);
     }
+    let streaming = exec::Streaming::new(sims.clone(), node_pods.clone(), clients.clone());
+    let app = rkube_daemon::health::router(metrics.clone(), ready.clone())
+        .merge(logs::router(sims.clone()))
+        .merge(stats::router(node_pods.clone()))
+        .merge(exec::router(streaming))
+        .layer(axum::middleware::from_fn(server::guard_logs));
+    let tls = config.tls.as_ref().map(server::server_config).transpose()?;
+    let identify = server::identify(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
+    let s = shutdown.clone();
+    let server = tokio::spawn(async move {
+        rkube_daemon::serve::serve(listener, tls, app, identify, Default::default(), s).await
+    });
     let stages = Arc::new(config.stages.clone());
     let status_writes = metrics.counter(
         "kubelet_pod_status_writes_total",

@@ -1,5 +1,5 @@
 //! The agent's HTTP server (upstream's kubelet port): `/healthz` and `/metrics` for anyone,
-//! the simulated container logs and usage only for the apiserver. With `--tls-cert-file` it serves
+//! the simulated container logs, usage, exec, attach and port-forward only for the apiserver. With `--tls-cert-file` it serves
 //! HTTPS, and with `--client-ca-file` the logs need a client certificate from that CA naming
 //! the apiserver (`kube-apiserver-kubelet-client`, or a `system:masters` identity): whoever
 //! can reach a node's port cannot read its pods' logs. Behind `rkube_daemon::serve`'s limits.
@@ -48,7 +48,14 @@ pub async fn guard_logs(req: Request, next: Next) -> Response {
         .get::<ConnectInfo<Caller>>()
         .is_some_and(|c| c.0.may_read_logs);
     let path = req.uri().path();
-    if !allowed && (path.starts_with("/containerLogs/") || path.starts_with("/stats/")) {
+    let guarded = [
+        "/containerLogs/",
+        "/stats/",
+        "/exec/",
+        "/attach/",
+        "/portForward/",
+    ];
+    if !allowed && guarded.iter().any(|g| path.starts_with(g)) {
         return (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
     }
     next.run(req).await

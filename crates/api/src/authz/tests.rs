@@ -136,7 +136,18 @@ fn the_node_authorizer_confines_a_kubelet_to_its_own_objects() {
         ("default", "theirs") => Some("n2".to_string()),
         _ => None,
     };
-    let d = |a: Attributes| node_decision(&n1, &a, pods);
+    let on_n1 = |ns: &str, node: &str| {
+        if ns == "default" && node == "n1" {
+            vec![serde_json::json!({"spec": {"serviceAccountName": "app",
+                "volumes": [{"name": "v", "secret": {"secretName": "mounted"}},
+                    {"name": "c", "persistentVolumeClaim": {"claimName": "data"}}],
+                "containers": [{"name": "c", "env": [{"name": "X",
+                    "valueFrom": {"secretKeyRef": {"name": "envsecret", "key": "k"}}}]}]}})]
+        } else {
+            Vec::new()
+        }
+    };
+    let d = |a: Attributes| node_decision(&n1, &a, pods, on_n1);
     assert_eq!(d(attrs("get", "", "nodes", "", "", "n1")), Decision::Allow);
     assert_eq!(
         d(attrs("patch", "", "nodes", "status", "", "n1")),
@@ -190,10 +201,56 @@ fn the_node_authorizer_confines_a_kubelet_to_its_own_objects() {
         d(attrs("list", "", "secrets", "", "default", "")),
         Decision::NoOpinion(_)
     ));
+    // What its pods use, and nothing else.
+    for (resource, name) in [
+        ("secrets", "mounted"),
+        ("secrets", "envsecret"),
+        ("persistentvolumeclaims", "data"),
+    ] {
+        assert_eq!(
+            d(attrs("get", "", resource, "", "default", name)),
+            Decision::Allow
+        );
+    }
+    assert!(matches!(
+        d(attrs("get", "", "secrets", "", "default", "other")),
+        Decision::NoOpinion(_)
+    ));
+    assert!(matches!(
+        d(attrs("get", "", "secrets", "", "kube-system", "mounted")),
+        Decision::NoOpinion(_)
+    ));
+    assert_eq!(
+        d(attrs(
+            "create",
+            "",
+            "serviceaccounts",
+            "token",
+            "default",
+            "app"
+        )),
+        Decision::Allow
+    );
+    assert!(matches!(
+        d(attrs(
+            "create",
+            "",
+            "serviceaccounts",
+            "token",
+            "default",
+            "admin"
+        )),
+        Decision::NoOpinion(_)
+    ));
     // Not a kubelet: no opinion.
     let alice = UserInfo::authenticated("alice", "", vec![]);
     assert!(matches!(
-        node_decision(&alice, &attrs("get", "", "nodes", "", "", "n1"), pods),
+        node_decision(
+            &alice,
+            &attrs("get", "", "nodes", "", "", "n1"),
+            pods,
+            on_n1
+        ),
         Decision::NoOpinion(_)
     ));
 }

@@ -217,7 +217,12 @@ impl Auth {
                     Some(r) => r.decide(user, a),
                     None => Decision::NoOpinion(String::new()),
                 },
-                Mode::Node => authz::node_decision(user, a, |ns, name| self.pod_node(ns, name)),
+                Mode::Node => authz::node_decision(
+                    user,
+                    a,
+                    |ns, name| self.pod_node(ns, name),
+                    |ns, node| self.pods_on(ns, node),
+                ),
             };
             match decision {
                 Decision::Allow => return Ok(()),
@@ -260,5 +265,25 @@ impl Auth {
         let cache = pods.cache.as_ref()?;
         let (obj, _) = cache.get(&pods.key(ns, name)).ok()?;
         obj.map(|o| o.node().to_string())
+    }
+
+    /// The pods bound to `node` in namespace `ns`, from the watch cache's node index.
+    fn pods_on(&self, ns: &str, node: &str) -> Vec<serde_json::Value> {
+        let Some(cache) = self.pods.as_ref().and_then(|p| p.cache.as_ref()) else {
+            return Vec::new();
+        };
+        let Ok(fields) = rkube_api::fields::FieldSelector::parse(&format!("spec.nodeName={node}"))
+        else {
+            return Vec::new();
+        };
+        let filter = crate::cache::object::Filter {
+            namespace: Some(ns.to_string()),
+            fields,
+            ..Default::default()
+        };
+        cache
+            .list(&filter, None, 0)
+            .map(|l| l.items.iter().map(|o| o.value()).collect())
+            .unwrap_or_default()
     }
 }

@@ -37,6 +37,9 @@ fn subresource_kind<'a>(
         "scale" => ("Scale", Some("autoscaling"), Some("v1"), verbs),
         "binding" => ("Binding", None, None, verbs),
         "eviction" => ("Eviction", Some("policy"), Some("v1"), verbs),
+        "exec" => ("PodExecOptions", None, None, verbs),
+        "attach" => ("PodAttachOptions", None, None, verbs),
+        "portforward" => ("PodPortForwardOptions", None, None, verbs),
         // status, log, finalize: the resource's own kind.
         _ => (r.kind, None, None, verbs),
     }

@@ -35,12 +35,12 @@ pub struct KubeletConfig {
 
 /// The one client kubelets are reached with.
 pub struct KubeletClient {
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     scheme: &'static str,
 }
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// The most a non-followed log response carries.
 const MAX_LOG_BYTES: usize = 64 * 1024 * 1024;
 /// How long a log without `follow` may take to arrive in full, stalls included.
@@ -100,6 +100,30 @@ impl KubeletClient {
             .unwrap_or_else(|_| Err("no answer in time".into()))
     }
 
+    /// Sends a request to the kubelet of `node_name`, its answer's head within the header
+    /// timeout; failures said without the kubelet's own words.
+    pub(crate) async fn send(
+        rb: reqwest::RequestBuilder,
+        node_name: &str,
+    ) -> Result<reqwest::Response, ApiError> {
+        match tokio::time::timeout(HEADER_TIMEOUT, rb.send()).await {
+            Err(_) => Err(ApiError::internal(format!(
+                "the kubelet on node {node_name} did not answer in time"
+            ))),
+            Ok(Err(e)) => {
+                let why = if e.is_connect() {
+                    "could not be reached"
+                } else {
+                    "failed"
+                };
+                Err(ApiError::internal(format!(
+                    "the kubelet on node {node_name} {why}"
+                )))
+            }
+            Ok(Ok(r)) => Ok(r),
+        }
+    }
+
     pub fn new(cfg: &KubeletConfig) -> anyhow::Result<Self> {
         let mut b = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -156,15 +180,30 @@ const FORWARDED: [&str; 6] = [
     "limitBytes",
 ];
 
-fn container_of(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
-    let names: Vec<&str> = pod["spec"]["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
+/// The container a request means: the one asked for (among the app containers, or with
+/// `every` also the init and ephemeral ones), else the only one, else the annotated default.
+pub(crate) fn container_of(
+    pod: &Value,
+    name: &str,
+    asked: Option<&str>,
+    every: bool,
+) -> Result<String, ApiError> {
+    let names_in = |key: &str| -> Vec<&str> {
+        pod["spec"][key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str())
+            .collect()
+    };
+    let names = names_in("containers");
     if let Some(c) = asked.filter(|c| !c.is_empty()) {
-        if names.contains(&c) {
+        let others = || {
+            every
+                && (names_in("initContainers").contains(&c)
+                    || names_in("ephemeralContainers").contains(&c))
+        };
+        if names.contains(&c) || others() {
             return Ok(c.to_string());
         }
         return Err(ApiError::bad_request(format!(
@@ -250,16 +289,13 @@ fn reachable(ip: &IpAddr) -> bool {
     }
 }
 
-pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
-    let (ns, name) = (s.ns, s.name());
-    let options = log_options(s.query)?;
-    let pod: Value =
-        serde_json::from_slice(&s.reg.get(ns, name, None).await?).unwrap_or(Value::Null);
-    let container = container_of(&pod, name, s.query.get("container"))?;
+/// The node a pod runs on: its name and object.
+pub(crate) async fn node_of(s: &Scope<'_>, pod: &Value) -> Result<(String, Value), ApiError> {
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
         return Err(ApiError::bad_request(format!(
-            "pod {name} does not have a host assigned"
+            "pod {} does not have a host assigned",
+            s.name()
         )));
     }
     let nodes = s
@@ -269,6 +305,17 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::internal("no node registry"))?;
     let node_obj: Value =
         serde_json::from_slice(&nodes.get("", node_name, None).await?).unwrap_or(Value::Null);
+    Ok((node_name.to_string(), node_obj))
+}
+
+pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
+    let (ns, name) = (s.ns, s.name());
+    let options = log_options(s.query)?;
+    let pod: Value =
+        serde_json::from_slice(&s.reg.get(ns, name, None).await?).unwrap_or(Value::Null);
+    let container = container_of(&pod, name, s.query.get("container"), false)?;
+    let (node_name, node_obj) = node_of(s, &pod).await?;
+    let node_name = node_name.as_str();
     let kubelet = &s.state.kubelet;
     let mut url = kubelet.url(&node_obj, &["containerLogs", ns, name, &container])?;
     if !options.is_empty() {
@@ -278,25 +325,7 @@ pub async fn pod_log(s: &Scope<'_>) -> Result<Response, ApiError> {
         }
     }
     let follow = s.query.flag("follow");
-    let sent = tokio::time::timeout(HEADER_TIMEOUT, kubelet.http.get(url.clone()).send()).await;
-    let resp = match sent {
-        Err(_) => {
-            return Err(ApiError::internal(format!(
-                "the kubelet on node {node_name} did not answer in time"
-            )))
-        }
-        Ok(Err(e)) => {
-            let why = if e.is_connect() {
-                "could not be reached"
-            } else {
-                "failed"
-            };
-            return Err(ApiError::internal(format!(
-                "the kubelet on node {node_name} {why}"
-            )));
-        }
-        Ok(Ok(r)) => r,
-    };
+    let resp = KubeletClient::send(kubelet.http.get(url.clone()), node_name).await?;
     let code = resp.status().as_u16();
     if !(200..300).contains(&code) {
         // The kubelet's own words are not passed on: what answered may not be a kubelet.
@@ -372,18 +401,18 @@ mod tests {
     #[test]
     fn container_choice_follows_kubectl_rules() {
         let one = json!({"spec": {"containers": [{"name": "a"}]}});
-        assert_eq!(container_of(&one, "p", None).unwrap(), "a");
+        assert_eq!(container_of(&one, "p", None, false).unwrap(), "a");
         let two = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        let e = container_of(&two, "p", None).unwrap_err();
+        let e = container_of(&two, "p", None, false).unwrap_err();
         assert_eq!(
             e.to_string(),
             "a container name must be specified for pod p, choose one of: [a b]"
         );
-        assert_eq!(container_of(&two, "p", Some("b")).unwrap(), "b");
-        assert!(container_of(&two, "p", Some("zz")).is_err());
+        assert_eq!(container_of(&two, "p", Some("b"), false).unwrap(), "b");
+        assert!(container_of(&two, "p", Some("zz"), false).is_err());
         let annotated = json!({"metadata": {"annotations": {"kubectl.kubernetes.io/default-container": "b"}},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        assert_eq!(container_of(&annotated, "p", None).unwrap(), "b");
+        assert_eq!(container_of(&annotated, "p", None, false).unwrap(), "b");
     }
 
     #[test]

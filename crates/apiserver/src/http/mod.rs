@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod patch;
 pub mod read;
 pub mod reviews;
+pub mod streaming;
 pub mod subresources;
 pub mod table;
 pub mod update;
@@ -320,6 +321,9 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
     let not_allowed = || ApiError::method_not_supported(&s.reg.def.group_resource(), s.info.verb);
     if !verbs.contains(&s.info.verb) {
         return Err(not_allowed());
+    }
+    if let (Some("exec" | "attach" | "portforward"), true) = (s.subresource, named) {
+        return streaming::proxy(&s, req).await;
     }
     let body = req.into_body();
     match (s.info.verb, s.subresource, named) {

@@ -127,13 +127,16 @@ impl RequestInfo {
     }
 
     /// Streams for a long time, so it holds no seat (upstream's `BasicLongRunningRequestCheck`:
-    /// watches, and a pod's `log`).
+    /// watches, and a pod's `log`, `exec`, `attach` and `portforward`).
     pub fn long_running(&self) -> bool {
         self.verb == "watch"
             || self.resource.as_ref().is_some_and(|r| {
                 r.group.is_empty()
                     && r.resource == "pods"
-                    && r.subresource.as_deref() == Some("log")
+                    && matches!(
+                        r.subresource.as_deref(),
+                        Some("log" | "exec" | "attach" | "portforward")
+                    )
             })
     }
 
@@ -228,6 +231,17 @@ fn resolve(
 }
 
 fn resource_verb(method: &Method, r: &ResourceInfo, q: &Query) -> &'static str {
+    // A streaming upgrade is a `create` whatever its method: a WebSocket's GET may not exec
+    // for someone who may only read (upstream's AuthorizePodWebsocketUpgradeCreatePermission).
+    let streaming = r.group.is_empty()
+        && r.resource == "pods"
+        && matches!(
+            r.subresource.as_deref(),
+            Some("exec" | "attach" | "portforward")
+        );
+    if streaming && matches!(method.as_str(), "GET" | "POST") {
+        return "create";
+    }
     match method.as_str() {
         "GET" | "HEAD" if r.legacy_watch => "watch",
         "GET" | "HEAD" if r.name.is_some() => "get",

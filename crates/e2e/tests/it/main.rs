@@ -6,4 +6,5 @@ mod flows;
 mod hostile;
 mod kubectl;
 mod resilience;
+mod streaming;
 mod workloads;
