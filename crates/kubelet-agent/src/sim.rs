@@ -148,8 +148,19 @@ pub struct PodSim {
     /// Condition type → (status, last transition).
     conditions: BTreeMap<&'static str, (bool, DateTime<Utc>)>,
     uid: String,
-    /// Ephemeral containers (`kubectl debug`) as they were added: name, image, started.
-    ephemeral: Vec<(String, String, DateTime<Utc>)>,
+    /// Ephemeral containers (`kubectl debug`) as they were added.
+    ephemeral: Vec<Ephemeral>,
+    /// Wakes the pod's worker when something outside its schedule changed the simulation.
+    nudge: std::sync::Arc<tokio::sync::Notify>,
+}
+
+/// An ephemeral container: it runs from when it is added until its process ends (`end_run`).
+struct Ephemeral {
+    name: String,
+    image: String,
+    started: DateTime<Utc>,
+    /// Exit code and time, once it exited.
+    ended: Option<(i32, DateTime<Utc>)>,
 }
 
 fn waiting(reason: &str, message: Option<String>) -> ContainerState {
@@ -264,6 +275,9 @@ impl Container {
             Some(Run::Forever) => None,
             None => match crash {
                 Some(k) => Some(k.after),
+                // A container reading its stdin (`kubectl run -i`) runs until its input says
+                // otherwise (`end_run`).
+                None if spec.stdin == Some(true) => None,
                 None if kind == Kind::Init || (kind == Kind::App && pod_ends) => Some(stages.run),
                 None => None,
             },
@@ -436,6 +450,7 @@ impl PodSim {
             conditions,
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             ephemeral: Vec::new(),
+            nudge: Default::default(),
         }
     }
 
@@ -834,6 +849,35 @@ impl PodSim {
     }
 
     /// Every container has exited (after deletion, or run to completion with restartPolicy Never).
+    /// What wakes the pod's worker (`end_run` pokes it).
+    pub fn nudge(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.nudge.clone()
+    }
+
+    /// Container `name`'s current run ends now with `code`, as a process that exits does
+    /// (the shell of `kubectl run -it` after `exit`). False when it is not running.
+    pub fn end_run(&mut self, name: &str, code: i32, now: Instant, wall: DateTime<Utc>) -> bool {
+        if let Some(e) = self.ephemeral.iter_mut().find(|e| e.name == name) {
+            if e.ended.is_some() {
+                return false;
+            }
+            e.ended = Some((code, wall));
+            self.nudge.notify_one();
+            return true;
+        }
+        let Some(c) = self.containers.iter_mut().find(|c| c.name == name) else {
+            return false;
+        };
+        let Step::Running { exit_at, .. } = &mut c.step else {
+            return false;
+        };
+        *exit_at = Some(now);
+        c.exit_code = code;
+        c.killed = false;
+        self.nudge.notify_one();
+        true
+    }
+
     pub fn finished(&self) -> bool {
         self.containers.iter().all(|c| c.step == Step::Exited)
     }
@@ -845,6 +889,18 @@ impl PodSim {
     /// What the log endpoint shows of container `name`: the current run (or, while it waits
     /// to restart, the last one), or with `previous` the run before the last restart.
     pub fn log_run(&self, name: &str, previous: bool, pod: &str) -> Result<LogRun, String> {
+        if let Some(e) = self.ephemeral.iter().find(|e| e.name == name) {
+            if previous {
+                return Err(format!(
+                    "previous terminated container \"{name}\" in pod \"{pod}\" not found"
+                ));
+            }
+            return Ok(LogRun {
+                image: e.image.clone(),
+                start: e.started,
+                end: e.ended.map(|(_, at)| at),
+            });
+        }
         let c = self
             .containers
             .iter()
@@ -943,7 +999,7 @@ impl PodSim {
             .iter()
             .flat_map(|s| s.ephemeral_containers.iter().flatten());
         for e in added {
-            if self.ephemeral.iter().any(|(n, _, _)| *n == e.name) {
+            if self.ephemeral.iter().any(|x| x.name == e.name) {
                 continue;
             }
             let image = e.image.clone().unwrap_or_default();
@@ -963,7 +1019,12 @@ impl PodSim {
                     field_path: path.clone(),
                 });
             }
-            self.ephemeral.push((e.name.clone(), image, wall));
+            self.ephemeral.push(Ephemeral {
+                name: e.name.clone(),
+                image,
+                started: wall,
+                ended: None,
+            });
         }
         events
     }
@@ -1055,22 +1116,34 @@ impl PodSim {
         let ephemeral: Vec<ContainerStatus> = self
             .ephemeral
             .iter()
-            .map(|(name, image, at)| ContainerStatus {
-                name: name.clone(),
-                image: image.clone(),
-                image_id: image_id(image),
+            .map(|e| ContainerStatus {
+                name: e.name.clone(),
+                image: e.image.clone(),
+                image_id: image_id(&e.image),
                 container_id: Some(format!(
                     "containerd://{}",
-                    hex_id(&format!("{}/{name}", self.uid))
+                    hex_id(&format!("{}/{}", self.uid, e.name))
                 )),
                 ready: false,
                 restart_count: 0,
-                started: Some(true),
-                state: Some(ContainerState {
-                    running: Some(ContainerStateRunning {
-                        started_at: ts(*at),
-                    }),
-                    ..Default::default()
+                started: Some(e.ended.is_none()),
+                state: Some(match e.ended {
+                    None => ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: ts(e.started),
+                        }),
+                        ..Default::default()
+                    },
+                    Some((code, at)) => ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: code,
+                            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                            started_at: ts(e.started),
+                            finished_at: ts(at),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
                 }),
                 ..Default::default()
             })

@@ -174,6 +174,7 @@ impl NodeRuntime {
             rkube_client::now(),
         )));
         self.sims.lock().unwrap().insert(key.clone(), sim.clone());
+        let nudge = sim.lock().unwrap().nudge();
         let regarding = object_ref(&*pod);
         let mut pod = pod;
         // A hash of the last status written: ten thousand workers keep 8 bytes each, not a copy.
@@ -273,6 +274,7 @@ impl NodeRuntime {
                     pod = rx.borrow_and_update().clone();
                 }
                 _ = wake => {}
+                _ = nudge.notified() => {}
             }
         }
         {

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rand::Rng;
 use rkube_client::events::{object_ref, Recorder};
 use rkube_client::informer::{key_of, split_key, Change};
@@ -105,6 +106,8 @@ pub struct Scheduler {
     storage: std::sync::OnceLock<StorageCaches>,
     /// Namespaces, for affinity terms' `namespaceSelector`s (set once the informers start).
     namespaces: std::sync::OnceLock<Arc<Store<Namespace>>>,
+    /// PodDisruptionBudgets, which preemption honours (set once the informers start).
+    budgets: std::sync::OnceLock<Arc<Store<PodDisruptionBudget>>>,
     /// A pod was found unschedulable for want of other pods (pod affinity, spread skew): the
     /// next pod placed on a node wakes the parked ones.
     waiting_on_pods: std::sync::atomic::AtomicBool,
@@ -169,6 +172,7 @@ impl Scheduler {
             binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
             storage: std::sync::OnceLock::new(),
             namespaces: std::sync::OnceLock::new(),
+            budgets: std::sync::OnceLock::new(),
             waiting_on_pods: std::sync::atomic::AtomicBool::new(false),
             last_wake: Mutex::new(None),
             wake_due: Arc::default(),
@@ -230,6 +234,26 @@ impl Scheduler {
         }
     }
 
+    /// The PodDisruptionBudgets as preemption weighs them (a budget whose selector does not
+    /// parse protects nothing, as upstream).
+    fn disruption_budgets(&self) -> Vec<preemption::Budget> {
+        let Some(store) = self.budgets.get() else {
+            return Vec::new();
+        };
+        store
+            .list()
+            .iter()
+            .filter_map(|b| {
+                let selector = b.spec.as_ref()?.selector.as_ref()?;
+                Some(preemption::Budget {
+                    namespace: b.metadata.namespace.clone().unwrap_or_default(),
+                    selector: rkube_api::LabelSelector::from_api(selector).ok()?,
+                    allowed: b.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+                })
+            })
+            .collect()
+    }
+
     /// DefaultPreemption for a pod that fits nowhere: nominates the node where evicting
     /// lower-priority pods makes room and deletes them (each marked `DisruptionTarget` and
     /// told `Preempted`); their deletion wakes the pod. Nothing more while an earlier
@@ -248,7 +272,7 @@ impl Scheduler {
             {
                 return;
             }
-            preemption::plan(pod, &cache)
+            preemption::plan(pod, &cache, &self.disruption_budgets())
         };
         let Some(plan) = plan else {
             return;
@@ -357,6 +381,11 @@ impl Scheduler {
         export(&self.metrics, "persistentvolumes", volumes.stats());
         let namespaces = Informer::new(Api::<Namespace>::all(&self.client), ListParams::default());
         export(&self.metrics, "namespaces", namespaces.stats());
+        let budgets = Informer::new(
+            Api::<PodDisruptionBudget>::all(&self.client),
+            ListParams::default(),
+        );
+        export(&self.metrics, "poddisruptionbudgets", budgets.stats());
         // A claim or volume appearing or binding may make a waiting pod schedulable.
         let q = self.queue.clone();
         claims.store().on_change(move |c| {
@@ -391,6 +420,8 @@ impl Scheduler {
         let _ = self.storage.set((claims.clone(), volumes.clone()));
         let namespaces = namespaces.spawn(shutdown.clone());
         let _ = self.namespaces.set(namespaces.clone());
+        let budgets = budgets.spawn(shutdown.clone());
+        let _ = self.budgets.set(budgets.clone());
         let me = self.clone();
         nodes.store().on_change(move |c| me.on_node(c));
         let me = self.clone();
@@ -405,6 +436,7 @@ impl Scheduler {
                 claims.wait_synced().await;
                 volumes.wait_synced().await;
                 namespaces.wait_synced().await;
+                budgets.wait_synced().await;
             } => {}
         }
         tracing::info!(nodes = nodes.len(), "caches synced; scheduling");

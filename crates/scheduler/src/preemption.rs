@@ -2,7 +2,10 @@
 //! lower priority makes room (only for what removing pods can fix: resources, pod count,
 //! host ports), with as few and as low-priority victims as possible — every lower-priority
 //! pod is removed in simulation, then the highest-priority ones are given back while the pod
-//! still fits (upstream's reprieve). Pods with `preemptionPolicy: Never` preempt nothing.
+//! still fits (upstream's reprieve). PodDisruptionBudgets are honoured as upstream honours
+//! them: victims whose eviction would exceed their budget's allowed disruptions are given
+//! back first, and the node with the fewest such violations wins. Pods with
+//! `preemptionPolicy: Never` preempt nothing.
 
 use std::collections::HashMap;
 
@@ -10,6 +13,43 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cache::{Cache, PodEntry};
 use crate::plugins::{self, R_CPU, R_MEMORY, R_PODS, R_PORTS};
+
+/// A PodDisruptionBudget as preemption weighs it.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    pub namespace: String,
+    pub selector: rkube_api::LabelSelector,
+    /// `status.disruptionsAllowed`.
+    pub allowed: i32,
+}
+
+impl Budget {
+    fn covers(&self, e: &PodEntry) -> bool {
+        // policy/v1: an empty selector selects every pod of the namespace.
+        e.namespace == self.namespace && self.selector.matches(&e.labels)
+    }
+}
+
+/// Which of `victims` (most important first) would exceed a budget if evicted: each budget's
+/// allowed disruptions are used up in order (upstream's `filterPodsWithPDBViolation`).
+fn violating(victims: &[(&String, &PodEntry)], budgets: &[Budget]) -> Vec<bool> {
+    let mut left: Vec<i32> = budgets.iter().map(|b| b.allowed).collect();
+    victims
+        .iter()
+        .map(|(_, e)| {
+            let mut violates = false;
+            for (i, b) in budgets.iter().enumerate() {
+                if b.covers(e) {
+                    if left[i] <= 0 {
+                        violates = true;
+                    }
+                    left[i] -= 1;
+                }
+            }
+            violates
+        })
+        .collect()
+}
 
 /// Where the pod goes once `victims` (`namespace/name` keys) are gone.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,7 +77,7 @@ pub fn in_progress(p: &Pod, cache: &Cache, node: &str) -> bool {
 }
 
 /// The node and victims for `p`, or `None` when removing lower-priority pods helps nowhere.
-pub fn plan(p: &Pod, cache: &Cache) -> Option<Plan> {
+pub fn plan(p: &Pod, cache: &Cache, budgets: &[Budget]) -> Option<Plan> {
     if !may_preempt(p) {
         return None;
     }
@@ -50,8 +90,8 @@ pub fn plan(p: &Pod, cache: &Cache) -> Option<Plan> {
         }
     }
     let resolvable = [R_CPU, R_MEMORY, R_PODS, R_PORTS];
-    // (highest victim priority, victims, node name): the smallest wins.
-    let mut best: Option<(i32, usize, String, Vec<String>)> = None;
+    // (budget violations, highest victim priority, victims, node name): the smallest wins.
+    let mut best: Option<(usize, i32, usize, String, Vec<String>)> = None;
     for (name, info) in &cache.nodes {
         match plugins::filter(p, info, &req) {
             Err(rs) if rs.iter().all(|r| resolvable.contains(r)) => {}
@@ -67,31 +107,39 @@ pub fn plan(p: &Pod, cache: &Cache) -> Option<Plan> {
         if plugins::filter(p, &sim, &req).is_err() {
             continue;
         }
-        // Give back the most important first, keeping each that still leaves room.
+        // Give back the most important first, those protected by a budget before the
+        // others, keeping each that still leaves room.
         victims.sort_by_key(|(k, e)| (std::cmp::Reverse(e.priority), (*k).clone()));
+        let violates = violating(victims, budgets);
+        let order = (0..victims.len())
+            .filter(|i| violates[*i])
+            .chain((0..victims.len()).filter(|i| !violates[*i]));
         let mut evict = Vec::new();
-        for (k, e) in victims.iter() {
+        let mut violations = 0;
+        for i in order {
+            let (k, e) = victims[i];
             sim.add(e);
             if plugins::filter(p, &sim, &req).is_err() {
                 sim.remove(e);
                 evict.push(((*k).clone(), e.priority));
+                violations += usize::from(violates[i]);
             }
         }
         let top = evict.iter().map(|(_, p)| *p).max().unwrap_or(i32::MIN);
         let candidate = (
+            violations,
             top,
             evict.len(),
             name.clone(),
             evict.into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
         );
-        if best
-            .as_ref()
-            .is_none_or(|b| (candidate.0, candidate.1, &candidate.2) < (b.0, b.1, &b.2))
-        {
+        if best.as_ref().is_none_or(|b| {
+            (candidate.0, candidate.1, candidate.2, &candidate.3) < (b.0, b.1, b.2, &b.3)
+        }) {
             best = Some(candidate);
         }
     }
-    best.map(|(_, _, node, mut victims)| {
+    best.map(|(_, _, _, node, mut victims)| {
         victims.sort();
         Plan { node, victims }
     })
@@ -122,6 +170,50 @@ mod tests {
             .unwrap()
     }
 
+    fn plan_(p: &Pod, c: &Cache) -> Option<Plan> {
+        plan(p, c, &[])
+    }
+
+    fn labelled(name: &str, cpu: &str, priority: i32, app: &str) -> Pod {
+        let mut p = pod(name, cpu, priority, json!({}));
+        p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        p
+    }
+
+    #[test]
+    fn disruption_budgets_steer_the_victims() {
+        let mut c = Cache::default();
+        c.set_node(node("a"));
+        c.set_node(node("b"));
+        // a: two 1-cpu pods of a protected app; b: two 1-cpu pods of priority 20.
+        c.add_pod("d/a1", &labelled("a1", "1", 10, "db"), "a");
+        c.add_pod("d/a2", &labelled("a2", "1", 10, "db"), "a");
+        c.add_pod("d/b1", &labelled("b1", "1", 20, "web"), "b");
+        c.add_pod("d/b2", &labelled("b2", "1", 20, "web"), "b");
+        let budget = |allowed| Budget {
+            namespace: "d".into(),
+            selector: rkube_api::LabelSelector::parse("app=db").unwrap(),
+            allowed,
+        };
+        let p = pod("p", "1", 100, json!({}));
+        // Without a budget the lower-priority pods on a go.
+        assert_eq!(plan(&p, &c, &[]).unwrap().node, "a");
+        // With no disruption allowed for them, b's pods go instead, despite their priority.
+        assert_eq!(
+            plan(&p, &c, &[budget(0)]),
+            Some(Plan {
+                node: "b".into(),
+                victims: vec!["d/b2".into()]
+            })
+        );
+        // One disruption allowed: a again, within the budget.
+        assert_eq!(plan(&p, &c, &[budget(1)]).unwrap().node, "a");
+        // Another namespace's budget protects nothing here.
+        let mut other = budget(0);
+        other.namespace = "e".into();
+        assert_eq!(plan(&p, &c, &[other]).unwrap().node, "a");
+    }
+
     #[test]
     fn the_fewest_lowest_priority_victims_make_room() {
         let mut c = Cache::default();
@@ -133,7 +225,7 @@ mod tests {
         c.add_pod("d/b1", &pod("b1", "2", 100, json!({})), "b");
         // A 1-cpu pod of priority 50 evicts only the priority-5 pod on a.
         assert_eq!(
-            plan(&pod("p", "1", 50, json!({})), &c),
+            plan_(&pod("p", "1", 50, json!({})), &c),
             Some(Plan {
                 node: "a".into(),
                 victims: vec!["d/a2".into()]
@@ -141,21 +233,21 @@ mod tests {
         );
         // A 2-cpu pod of priority 200: both of a's (highest victim 10) beat b's (100).
         assert_eq!(
-            plan(&pod("p", "2", 200, json!({})), &c),
+            plan_(&pod("p", "2", 200, json!({})), &c),
             Some(Plan {
                 node: "a".into(),
                 victims: vec!["d/a1".into(), "d/a2".into()]
             })
         );
         // Nothing of lower priority, or not allowed to preempt: no plan.
-        assert_eq!(plan(&pod("p", "1", 1, json!({})), &c), None);
+        assert_eq!(plan_(&pod("p", "1", 1, json!({})), &c), None);
         assert_eq!(
-            plan(&pod("p", "1", 50, json!({"preemptionPolicy": "Never"})), &c),
+            plan_(&pod("p", "1", 50, json!({"preemptionPolicy": "Never"})), &c),
             None
         );
         // What removing pods cannot fix (a node selector) is no candidate.
         assert_eq!(
-            plan(
+            plan_(
                 &pod("p", "1", 50, json!({"nodeSelector": {"disk": "ssd"}})),
                 &c
             ),

@@ -167,6 +167,7 @@ pub fn cluster_roles() -> Vec<Value> {
                     &["create", "patch", "update"],
                 ),
                 rule(&["apps"], &["replicasets"], READ),
+                rule(&["policy"], &["poddisruptionbudgets"], READ),
                 rule(
                     &["coordination.k8s.io"],
                     &["leases"],

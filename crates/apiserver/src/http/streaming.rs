@@ -86,6 +86,14 @@ fn kubelet_target(s: &Scope<'_>, pod: &Value) -> Result<Target, ApiError> {
                 .map(|c| ("command".to_string(), c.to_string())),
         );
     }
+    if !["stdin", "stdout", "stderr"]
+        .iter()
+        .any(|f| s.query.flag(f))
+    {
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
     for flag in ["stdin", "stdout", "stderr", "tty"] {
         if s.query.flag(flag) {
             query.push((flag.into(), "true".into()));

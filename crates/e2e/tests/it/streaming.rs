@@ -264,6 +264,8 @@ async fn exec_and_port_forward_reach_the_simulated_containers() {
         "shell",
         "--image=busybox",
         "--stdin",
+        // Its stdin stays open between attaches (else the first detach would end the shell).
+        "--leave-stdin-open",
         "--restart=Always",
         "--",
         "sh",
@@ -280,6 +282,49 @@ async fn exec_and_port_forward_reach_the_simulated_containers() {
         assert_eq!(code, 0, "{err}");
         contains(&out, "attached\nshell\n");
     }
+    // `kubectl run -i --rm`: the container is the shell; `exit 3` ends it, its pod and kubectl
+    // with that code, and the pod goes.
+    let (out, err, code) = with_stdin(
+        k,
+        &[
+            "run",
+            "once",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "--image=busybox",
+            "--",
+            "sh",
+        ],
+        "echo from-the-shell\nexit 3\n",
+    );
+    contains(&out, "from-the-shell\n");
+    assert_eq!(code, 3, "{out}{err}");
+    crate::builtin::eventually("the --rm pod deleted", || {
+        !k.run(&["get", "pod", "once"]).status.success()
+    });
+    // `kubectl debug -i`: an ephemeral container running a shell, attached; it ends at `exit`.
+    let (out, err, code) = with_stdin(
+        k,
+        &[
+            "debug",
+            "-i",
+            "web",
+            "--image=busybox",
+            "--container=dbg",
+            "--",
+            "sh",
+        ],
+        "echo from-debug\nexit 0\n",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    contains(&out, "from-debug\n");
+    crate::builtin::eventually("the debug container terminated", || {
+        k.jsonpath(
+            &["pod", "web"],
+            "{.status.ephemeralContainerStatuses[?(@.name==\"dbg\")].state.terminated.reason}",
+        ) == "Completed"
+    });
     // A finished pod cannot be exec'ed into.
     k.ok(&[
         "run",

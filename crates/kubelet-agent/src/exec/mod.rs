@@ -258,8 +258,13 @@ enum Job {
         view: View,
         argv: Vec<String>,
     },
-    /// An interactive shell on the container's own stdin (`kubectl run -it … -- sh`).
+    /// An interactive shell on the container's own stdin (`kubectl run -it … -- sh`); the
+    /// container exits when it does.
     Shell {
+        sims: Sims,
+        key: String,
+        container: String,
+        stdin_once: bool,
         view: View,
         name: String,
     },
@@ -375,6 +380,10 @@ async fn remote_command(
             Some(name) => Job::Shell {
                 view: view::build(&client, &pod_obj, &container).await,
                 name,
+                sims: st.sims.clone(),
+                key: format!("{ns}/{pod}"),
+                container: container.clone(),
+                stdin_once: spec["stdinOnce"] == true,
             },
             None => Job::Follow {
                 sims: st.sims.clone(),
@@ -499,11 +508,34 @@ async fn run(
                 }
                 Plan::Interactive => {
                     let name = sh.name.clone();
-                    interactive(&view, &name, tty, stdin, &out, &cancel).await
+                    Ok(interactive(&view, &name, tty, stdin, &out, &cancel).await.0)
                 }
             }
         }
-        Job::Shell { view, name } => interactive(&view, &name, tty, stdin, &out, &cancel).await,
+        Job::Shell {
+            view,
+            name,
+            sims,
+            key,
+            container,
+            stdin_once,
+        } => {
+            let (code, exited) = interactive(&view, &name, tty, stdin, &out, &cancel).await;
+            // The container's process is this shell: when it exits, or its stdin closes for
+            // good with the first attach gone (`stdinOnce`), the container exits with it.
+            if exited || stdin_once {
+                let sim = sims.lock().unwrap().get(&key).cloned();
+                if let Some(sim) = sim {
+                    sim.lock().unwrap().end_run(
+                        &container,
+                        code,
+                        tokio::time::Instant::now(),
+                        rkube_client::now(),
+                    );
+                }
+            }
+            Ok(code)
+        }
         Job::Follow {
             sims,
             key,
@@ -548,7 +580,8 @@ fn crlf(data: &[u8]) -> Vec<u8> {
 
 /// A shell reading commands from stdin: with a terminal, it echoes, edits (backspace,
 /// ^C, ^D) and prompts; without one it runs each line it reads. Ends at `exit`, at the end
-/// of stdin, or when the client goes.
+/// of stdin, or when the client goes: its exit code, and whether it exited (`exit`, or ^D
+/// on a terminal) rather than lost its client.
 async fn interactive(
     view: &View,
     name: &str,
@@ -556,8 +589,10 @@ async fn interactive(
     stdin: Option<mpsc::Receiver<Vec<u8>>>,
     out: &Out,
     cancel: &CancellationToken,
-) -> Result<i32, String> {
-    let Some(mut stdin) = stdin else { return Ok(0) };
+) -> (i32, bool) {
+    let Some(mut stdin) = stdin else {
+        return (0, false);
+    };
     let mut sh = Shell::new(view, name, rkube_client::now());
     let say = |b: Vec<u8>| {
         let out = out.clone();
@@ -574,7 +609,7 @@ async fn interactive(
     let mut line: Vec<u8> = Vec::new();
     loop {
         let chunk = tokio::select! {
-            _ = cancel.cancelled() => return Ok(sh.last),
+            _ = cancel.cancelled() => return (sh.last, false),
             c = stdin.recv() => c,
         };
         let Some(chunk) = chunk else {
@@ -582,7 +617,8 @@ async fn interactive(
                 let text = String::from_utf8_lossy(&line).into_owned();
                 run_line(&mut sh, &text, tty, out, cancel).await;
             }
-            return Ok(sh.last);
+            // The client's input ended: the shell exits only if that was its `exit`.
+            return (sh.last, sh.exited);
         };
         for b in chunk {
             match b {
@@ -594,7 +630,7 @@ async fn interactive(
                     line.clear();
                     run_line(&mut sh, &text, tty, out, cancel).await;
                     if sh.exited || cancel.is_cancelled() {
-                        return Ok(sh.last);
+                        return (sh.last, sh.exited);
                     }
                     sh.now_is(rkube_client::now());
                     if tty {
@@ -612,7 +648,7 @@ async fn interactive(
                 }
                 0x04 if tty && line.is_empty() => {
                     say(b"\r\n".to_vec()).await;
-                    return Ok(sh.last);
+                    return (sh.last, true);
                 }
                 b => {
                     if line.len() < MAX_LINE {
@@ -1121,7 +1157,7 @@ mod tests {
         }
         drop(in_tx);
         let (out_tx, mut out_rx) = mpsc::channel(256);
-        let code = interactive(
+        let (code, _) = interactive(
             &view,
             "sh",
             tty,
@@ -1129,8 +1165,7 @@ mod tests {
             &out_tx,
             &CancellationToken::new(),
         )
-        .await
-        .unwrap();
+        .await;
         drop(out_tx);
         let mut text = Vec::new();
         while let Some((_, b)) = out_rx.recv().await {

@@ -403,3 +403,69 @@ async fn a_higher_priority_pod_preempts_a_lower_one() {
         .deletion_timestamp
         .is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_spares_pods_their_disruption_budget_protects() {
+    let (env, _s) = cluster(&[("a", "2"), ("b", "2")]).await;
+    let _: serde_json::Value = env
+        .client
+        .send_json(
+            rkube_client::Method::POST,
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            Some((
+                "application/json",
+                serde_json::to_vec(&json!({"apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000}))
+                .unwrap(),
+            )),
+        )
+        .await
+        .unwrap();
+    // No disruption allowed for the database (no controller computes the budget's status
+    // here, so it allows none).
+    let _: serde_json::Value = env
+        .client
+        .send_json(
+            rkube_client::Method::POST,
+            "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+            Some((
+                "application/json",
+                serde_json::to_vec(&json!({"apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
+                .unwrap(),
+            )),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    let placed = |name: &str, node: &str, app: &str| {
+        let mut p = pod(
+            name,
+            "2",
+            json!({"nodeName": node, "terminationGracePeriodSeconds": 0}),
+        );
+        p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        p
+    };
+    // Node a (first by name) holds the protected pod, b the other: b's is the victim.
+    pods.create(&placed("db", "a", "db")).await.unwrap();
+    pods.create(&placed("web", "b", "web")).await.unwrap();
+    let mut high = pod("high", "1", json!({}));
+    high.spec.as_mut().unwrap().priority_class_name = Some("high".into());
+    pods.create(&high).await.unwrap();
+    assert_eq!(bound_node(&env.client, "high").await, "b");
+    crate::harness::wait_for(
+        "the victim gone",
+        std::time::Duration::from_secs(30),
+        || async { pods.get("web").await.is_err().then_some(()) },
+    )
+    .await;
+    assert!(pods
+        .get("db")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none());
+}
