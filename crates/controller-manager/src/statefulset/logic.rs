@@ -391,6 +391,25 @@ pub fn pod_for(set: &StatefulSet, template: &PodTemplateSpec, revision: &str, or
     }
 }
 
+/// The identity labels a set's pod lacks or has wrong (`statefulset.kubernetes.io/pod-name`,
+/// `apps.kubernetes.io/pod-index`), as upstream's `identityMatches`/`updateIdentity` repair
+/// them; `None` when they are right or the pod is not named as one of the set's.
+pub fn identity_repair(set_name: &str, pod: &Pod) -> Option<BTreeMap<String, String>> {
+    let ord = ordinal(set_name, pod)?;
+    let name = pod.metadata.name.as_deref()?;
+    let labels = pod.metadata.labels.as_ref();
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let mut fix = BTreeMap::new();
+    if get(POD_NAME_LABEL) != Some(name) {
+        fix.insert(POD_NAME_LABEL.to_string(), name.to_string());
+    }
+    let index = ord.to_string();
+    if get(POD_INDEX_LABEL) != Some(index.as_str()) {
+        fix.insert(POD_INDEX_LABEL.to_string(), index);
+    }
+    (!fix.is_empty()).then_some(fix)
+}
+
 /// The names of the claims pod `ord` mounts (without building the claims).
 pub fn claim_names(set: &StatefulSet, ord: i32) -> impl Iterator<Item = String> + '_ {
     let set_name = set.metadata.name.as_deref().unwrap_or_default();
@@ -510,6 +529,39 @@ pub fn claim_is_stale(set: &StatefulSet, claim: &PersistentVolumeClaim, pod_name
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_identity_labels_are_found() {
+        let mut p = Pod::default();
+        p.metadata.name = Some("web-2".into());
+        p.metadata.labels = Some(
+            [
+                (POD_NAME_LABEL.to_string(), "web-2".to_string()),
+                (POD_INDEX_LABEL.to_string(), "7".to_string()),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            identity_repair("web", &p),
+            Some([(POD_INDEX_LABEL.to_string(), "2".to_string())].into())
+        );
+        p.metadata.labels = None;
+        assert_eq!(identity_repair("web", &p).map(|f| f.len()), Some(2));
+        let fixed = pod_for(
+            &StatefulSet {
+                metadata: ObjectMeta {
+                    name: Some("web".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &PodTemplateSpec::default(),
+            "r1",
+            2,
+        );
+        assert_eq!(identity_repair("web", &fixed), None);
+        assert_eq!(identity_repair("other", &fixed), None);
+    }
     use serde_json::json;
 
     const T0: &str = "2026-01-01T00:00:00Z";

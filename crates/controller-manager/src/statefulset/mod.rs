@@ -133,6 +133,7 @@ impl StatefulSetController {
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         if self.expectations.satisfied(key) && set.metadata.deletion_timestamp.is_none() {
             self.claim_owners(&set, &pods).await?;
+            self.repair(&set, &api, &pods).await?;
             self.delete(key, &set, &api, &plan.delete).await?;
             let pods: Vec<Pod> = plan
                 .create
@@ -256,6 +257,84 @@ impl StatefulSetController {
             .cloned()
             .unwrap_or_else(|| update.clone());
         Ok(Some((current, update, collisions)))
+    }
+
+    /// Pods that lost their identity labels get them back, and pods whose claims are
+    /// missing (deleted, or never made) get them made (upstream's `updateStatefulSetPod`).
+    async fn repair(
+        &self,
+        set: &StatefulSet,
+        api: &Api<Pod>,
+        pods: &[Arc<Pod>],
+    ) -> Result<(), Error> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+        let set_name = set.metadata.name.as_deref().unwrap_or_default();
+        for p in pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            let Some(ord) = logic::ordinal(set_name, p) else {
+                continue;
+            };
+            if let Some(labels) = logic::identity_repair(set_name, p) {
+                let patch = Patch::Merge(json!({"metadata": {
+                    "labels": labels,
+                    "uid": p.metadata.uid,
+                }}));
+                match api
+                    .patch(p.metadata.name.as_deref().unwrap_or_default(), &patch)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() || e.is_conflict() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let missing =
+                logic::claim_names(set, ord).any(|c| self.ctx.claims.get_in(ns, &c).is_none());
+            if missing {
+                self.create_claims(set, ord, p.metadata.name.as_deref().unwrap_or_default())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the claims of pod `ord` that do not exist yet (one event each).
+    async fn create_claims(
+        &self,
+        set: &StatefulSet,
+        ord: i32,
+        pod_name: &str,
+    ) -> Result<(), Error> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+        let set_name = set.metadata.name.as_deref().unwrap_or_default();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(&self.ctx.client, ns);
+        for c in logic::claims_for(set, ord) {
+            let cname = c.metadata.name.clone().unwrap_or_default();
+            if self.ctx.claims.get_in(ns, &cname).is_some() {
+                continue;
+            }
+            match claims.create(&c).await {
+                Ok(_) => self.recorder.normal(
+                    object_ref(set),
+                    "SuccessfulCreate",
+                    format!(
+                        "create Claim {cname} Pod {pod_name} in StatefulSet {set_name} success"
+                    ),
+                ),
+                Err(e) if e.is_already_exists() => {}
+                Err(e) => {
+                    self.recorder.warning(
+                        object_ref(set),
+                        "FailedCreate",
+                        format!("create Claim {cname} for Pod {pod_name} in StatefulSet {set_name} failed error: {e}"),
+                    );
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Claims of the set's pods owned as the retention policy says.
@@ -386,34 +465,9 @@ impl StatefulSetController {
         ord: i32,
         pod: &Pod,
     ) -> Result<(), Error> {
-        let ns = set.metadata.namespace.as_deref().unwrap_or_default();
         let set_name = set.metadata.name.as_deref().unwrap_or_default();
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(&self.ctx.client, ns);
-        for c in logic::claims_for(set, ord) {
-            let cname = c.metadata.name.clone().unwrap_or_default();
-            if self.ctx.claims.get_in(ns, &cname).is_some() {
-                continue;
-            }
-            match claims.create(&c).await {
-                Ok(_) => self.recorder.normal(
-                    object_ref(set),
-                    "SuccessfulCreate",
-                    format!(
-                        "create Claim {cname} Pod {pod_name} in StatefulSet {set_name} success"
-                    ),
-                ),
-                Err(e) if e.is_already_exists() => {}
-                Err(e) => {
-                    self.recorder.warning(
-                        object_ref(set),
-                        "FailedCreate",
-                        format!("create Claim {cname} for Pod {pod_name} in StatefulSet {set_name} failed error: {e}"),
-                    );
-                    return Err(e);
-                }
-            }
-        }
+        self.create_claims(set, ord, pod_name).await?;
         match api.create(pod).await {
             Ok(_) => {
                 self.recorder.normal(

@@ -550,6 +550,14 @@ spec:
         &k.ok(&["rollout", "status", "statefulset/web", "--timeout=90s"]),
         "partitioned roll out complete: 3 new pods have been updated",
     );
+    // A pod that lost an identity label gets it back.
+    k.ok(&["label", "pod", "web-1", "apps.kubernetes.io/pod-index-"]);
+    eventually("web-1's index label restored", || {
+        k.jsonpath(
+            &["pod", "web-1"],
+            "{.metadata.labels.apps\\.kubernetes\\.io/pod-index}",
+        ) == "1"
+    });
     // Stable names, hostnames under the headless Service, one bound claim each.
     let names =
         |k: &Kubectl<'_>| k.jsonpath(&["pods", "-l", "app=web"], "{.items[*].metadata.name}");
