@@ -217,6 +217,24 @@ fn check_exec(k: &Kubectl<'_>) {
         "echo hi\ncd /etc/config\nls\nexit 4\necho never\n",
     );
     assert_eq!((out.as_str(), code), ("hi\ngreeting\nmode\n", 4), "{err}");
+    // kubectl cp out of the pod: a file, and a directory.
+    let dest = k.c.dir.path().join(format!("cp-{}", k.bin.len()));
+    let file = dest.join("mode");
+    std::fs::create_dir_all(&dest).unwrap();
+    k.ok(&[
+        "cp",
+        "web:/etc/config/mode",
+        file.to_str().unwrap(),
+        "-c",
+        "web",
+    ]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "fast");
+    let dir = dest.join("cfg");
+    k.ok(&["cp", "web:/etc/config", dir.to_str().unwrap(), "-c", "web"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("greeting")).unwrap(),
+        "hello"
+    );
     // What cannot be exec'ed into.
     contains(
         &k.fails(&["exec", "web", "-c", "nope", "--", "true"]),

@@ -1,8 +1,9 @@
 //! The simulated shell that answers `kubectl exec` (pure: what a command prints, how long it
 //! sleeps, how it exits, against a [`View`] of the container). Commands: `env`/`printenv`,
 //! `hostname`, `cat`, `ls`, `echo`, `true`, `false`, `sleep`, `date`, `id`, `whoami`, `pwd`,
-//! `cd`, `uname`, `exit`, and `sh`/`bash -c` scripts with `;`, `&&`, `||`, quoting and `$VAR`;
-//! anything else exits 127, "command not found". Pipes and redirections are refused.
+//! `cd`, `uname`, `exit`, `tar cf -` (for `kubectl cp`), and `sh`/`bash -c` scripts with `;`,
+//! newlines, `&&`, `||`, quoting and `$VAR`; anything else exits 127, "command not found".
+//! Pipes and redirections are refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -577,6 +578,7 @@ impl<'a> Shell<'a> {
                 code
             }
             "ls" => self.ls(args, out),
+            "tar" => self.tar(args, out),
             "sleep" => {
                 let Some(d) = args.first().and_then(|a| duration(a)) else {
                     err(
@@ -681,6 +683,97 @@ impl<'a> Shell<'a> {
         last.into_iter().rev()
     }
 
+    /// `tar cf - [-C dir] [--] paths…` (what `kubectl cp` runs to copy out of a pod): a
+    /// ustar archive of the files on stdout. The filesystem is read-only: extracting fails.
+    fn tar(&self, args: &[String], out: &mut Vec<Action>) -> i32 {
+        let err = |out: &mut Vec<Action>, s: &str| out.push(Action::Err(s.as_bytes().to_vec()));
+        let Some(mode) = args.first().map(|a| a.trim_start_matches('-')) else {
+            err(out, "tar: no command given\n");
+            return 2;
+        };
+        if !mode.contains('c') {
+            err(out, "tar: Read-only file system\n");
+            return 2;
+        }
+        let mut rest = args[1..].iter().peekable();
+        if mode.contains('f') && rest.next().map(String::as_str) != Some("-") {
+            err(out, "tar: only an archive on stdout (f -) is supported\n");
+            return 2;
+        }
+        let mut dir = self.cwd.clone();
+        let mut names: Vec<&str> = Vec::new();
+        while let Some(a) = rest.next() {
+            match a.as_str() {
+                "-C" => dir = rest.next().map_or(dir, |d| self.path(d)),
+                "--" => names.extend(rest.by_ref().map(String::as_str)),
+                n => names.push(n),
+            }
+        }
+        let mut archive = Vec::new();
+        let mut code = 0;
+        let base = Shell {
+            cwd: dir,
+            ..Shell::new(self.view, &self.name, self.now)
+        };
+        for n in names {
+            let root = base.path(n);
+            // Member names as given, without a leading `/` (as GNU tar strips it).
+            let shown = n.trim_start_matches('/').trim_end_matches('/');
+            let mut members: Vec<(String, Option<&Vec<u8>>)> = Vec::new();
+            if let Some(body) = self.view.files.get(&root) {
+                members.push((shown.to_string(), Some(body)));
+            } else if self.view.is_dir(&root) {
+                members.push((format!("{shown}/"), None));
+                let prefix = if root == "/" {
+                    "/".to_string()
+                } else {
+                    format!("{root}/")
+                };
+                for d in self
+                    .view
+                    .dirs
+                    .range(prefix.clone()..)
+                    .take_while(|d| d.starts_with(&prefix))
+                {
+                    members.push((format!("{shown}/{}/", &d[prefix.len()..]), None));
+                }
+                for (k, v) in self
+                    .view
+                    .files
+                    .range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                {
+                    members.push((format!("{shown}/{}", &k[prefix.len()..]), Some(v)));
+                }
+            } else {
+                err(
+                    out,
+                    &format!("tar: {n}: Cannot stat: No such file or directory\n"),
+                );
+                code = 2;
+                continue;
+            }
+            for (name, body) in members {
+                if archive.len() > MAX_OUTPUT {
+                    err(out, "tar: output limit reached\n");
+                    return 2;
+                }
+                archive.extend(tar_header(
+                    &name,
+                    body.map_or(0, Vec::len),
+                    self.now.timestamp(),
+                ));
+                if let Some(b) = body {
+                    archive.extend_from_slice(b);
+                    archive.resize(archive.len().div_ceil(512) * 512, 0);
+                }
+            }
+        }
+        archive.extend_from_slice(&[0u8; 1024]);
+        out.push(Action::Out(archive));
+        code
+    }
+
     fn ls(&self, args: &[String], out: &mut Vec<Action>) -> i32 {
         let flags: String = args
             .iter()
@@ -750,12 +843,59 @@ fn is_builtin(p: &str) -> bool {
             | "cd"
             | "cat"
             | "ls"
+            | "tar"
             | "sleep"
             | "date"
             | "id"
             | "whoami"
             | "uname"
     )
+}
+
+/// A ustar header for a file of `size` bytes, or a directory (a name ending in `/`).
+fn tar_header(name: &str, size: usize, mtime: i64) -> [u8; 512] {
+    let mut h = [0u8; 512];
+    let dir = name.ends_with('/');
+    // Long names go in the prefix field (up to 155 + 100 bytes), split at a `/`.
+    let (prefix, short) = match name.len() {
+        n if n <= 100 => ("", name),
+        _ => name[..name.len() - 1]
+            .rfind('/')
+            .filter(|i| *i <= 155 && name.len() - i - 1 <= 100)
+            .map_or(("", &name[name.len().saturating_sub(100)..]), |i| {
+                (&name[..i], &name[i + 1..])
+            }),
+    };
+    let put = |h: &mut [u8; 512], at: usize, len: usize, v: &[u8]| {
+        let n = v.len().min(len);
+        h[at..at + n].copy_from_slice(&v[..n]);
+    };
+    put(&mut h, 0, 100, short.as_bytes());
+    put(
+        &mut h,
+        100,
+        8,
+        if dir { b"0000755\0" } else { b"0000644\0" },
+    );
+    put(&mut h, 108, 8, b"0000000\0");
+    put(&mut h, 116, 8, b"0000000\0");
+    put(&mut h, 124, 12, format!("{size:011o}\0").as_bytes());
+    put(
+        &mut h,
+        136,
+        12,
+        format!("{:011o}\0", mtime.max(0)).as_bytes(),
+    );
+    h[156] = if dir { b'5' } else { b'0' };
+    put(&mut h, 257, 8, b"ustar\x0000");
+    put(&mut h, 265, 32, b"root");
+    put(&mut h, 297, 32, b"root");
+    put(&mut h, 345, 155, prefix.as_bytes());
+    // The checksum is computed with its own field as spaces.
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+    put(&mut h, 148, 8, format!("{sum:06o}\0 ").as_bytes());
+    h
 }
 
 /// `sleep`'s argument: seconds, or with an `s`/`m`/`h`/`d` suffix.
@@ -879,6 +1019,57 @@ mod tests {
             deep = format!("sh -c {}", shell_quote(&deep));
         }
         assert_eq!(sh(&deep).2, 2);
+    }
+
+    #[test]
+    fn tar_archives_what_kubectl_cp_asks_for() {
+        let v = view();
+        let argv: Vec<String> = ["tar", "cf", "-", "-C", "/etc", "--", "config"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let now = "2026-11-27T11:35:01Z".parse().unwrap();
+        let plan = Shell::new(&v, "sh", now).exec(&argv);
+        let Plan::Run(actions, 0) = plan else {
+            panic!("tar failed: {plan:?}");
+        };
+        let Action::Out(tar) = &actions[0] else {
+            panic!("no archive")
+        };
+        // Members: the directory, then its files, each header checksummed; two zero blocks.
+        let name = |at: usize| {
+            String::from_utf8_lossy(&tar[at..at + 100])
+                .trim_end_matches('\0')
+                .to_string()
+        };
+        assert_eq!(name(0), "config/");
+        assert_eq!(tar[156], b'5');
+        assert_eq!(name(512), "config/app.conf");
+        assert_eq!(&tar[512 + 124..512 + 135], b"00000000012");
+        assert_eq!(&tar[1024..1034], b"key=value\n");
+        let sum: u32 = tar[512..1024]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                if (148..156).contains(&i) {
+                    32
+                } else {
+                    u32::from(*b)
+                }
+            })
+            .sum();
+        let stored = u32::from_str_radix(
+            String::from_utf8_lossy(&tar[512 + 148..512 + 154]).trim(),
+            8,
+        )
+        .unwrap();
+        assert_eq!(sum, stored);
+        assert_eq!(name(1536), "config/mode");
+        assert!(tar.ends_with(&[0u8; 1024]));
+        assert_eq!(tar.len() % 512, 0);
+        // Extracting into the read-only filesystem fails.
+        assert_eq!(run(&v, &["tar", "xf", "-"]).2, 2);
+        assert_eq!(run(&v, &["tar", "cf", "-", "/nope"]).2, 2);
     }
 
     fn shell_quote(s: &str) -> String {
