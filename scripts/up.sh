@@ -44,7 +44,11 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-trap 'cleanup; exit 0' INT TERM
+trap 'cleanup; say "rkube stopped"; exit 0' INT TERM HUP
+# Each component in a session of its own: Ctrl-C reaches this script alone, which stops them
+# in order (else the terminal's SIGINT would reach them first and look like a crash).
+SETSID=()
+command -v setsid >/dev/null && SETSID=(setsid)
 
 # wait_for "what" seconds command...
 wait_for() {
@@ -111,32 +115,32 @@ fi
 STORE_URL="$STORE_SCHEME://127.0.0.1:$STORE_PORT"
 if [ "$ETCD" = 1 ]; then
   say "starting etcd on $STORE_URL"
-  etcd --data-dir "$DIR/etcd" --listen-client-urls "$STORE_URL" --advertise-client-urls "$STORE_URL" \
+  "${SETSID[@]}" etcd --data-dir "$DIR/etcd" --listen-client-urls "$STORE_URL" --advertise-client-urls "$STORE_URL" \
     --listen-peer-urls "http://127.0.0.1:$((STORE_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((STORE_PORT + 1))" \
     --initial-cluster "default=http://127.0.0.1:$((STORE_PORT + 1))" \
     --experimental-watch-progress-notify-interval 5s >"$DIR/logs/etcd.log" 2>&1 &
   PIDS+=($!)
 else
   say "starting rkube-store on $STORE_URL"
-  "$BIN/rkube-store" --data-dir "$DIR/store" --listen-client-urls "$STORE_URL" "${STORE_FLAGS[@]}" \
+  "${SETSID[@]}" "$BIN/rkube-store" --data-dir "$DIR/store" --listen-client-urls "$STORE_URL" "${STORE_FLAGS[@]}" \
     >"$DIR/logs/store.log" 2>&1 &
   PIDS+=($!)
 fi
 wait_for "storage" 30 "${STORE_CURL[@]}" -XPOST "$STORE_URL/v3/maintenance/status" -d '{}'
 
 say "starting rkube-apiserver on $SERVER"
-"$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" "${API_FLAGS[@]}" \
+"${SETSID[@]}" "$BIN/rkube-apiserver" --etcd-servers "$STORE_URL" --secure-port "$PORT" "${API_FLAGS[@]}" \
   >"$DIR/logs/apiserver.log" 2>&1 &
 PIDS+=($!)
 wait_for "apiserver" 60 "${CURL[@]}" "$SERVER/readyz"
 [ -s "$KUBECONFIG" ] || { echo "no kubeconfig at $KUBECONFIG" >&2; exit 1; }
 
 say "starting rkube-controller-manager and rkube-scheduler"
-"$BIN/rkube-controller-manager" --kubeconfig "$(kubeconfig_of controller-manager)" --secure-port 10257 \
+"${SETSID[@]}" "$BIN/rkube-controller-manager" --kubeconfig "$(kubeconfig_of controller-manager)" --secure-port 10257 \
   ${PKI:+--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key"} \
   >"$DIR/logs/controller-manager.log" 2>&1 &
 PIDS+=($!)
-"$BIN/rkube-scheduler" --kubeconfig "$(kubeconfig_of scheduler)" --secure-port 10259 \
+"${SETSID[@]}" "$BIN/rkube-scheduler" --kubeconfig "$(kubeconfig_of scheduler)" --secure-port 10259 \
   >"$DIR/logs/scheduler.log" 2>&1 &
 PIDS+=($!)
 wait_for "controller-manager" 30 curl -sf http://127.0.0.1:10257/readyz
@@ -144,7 +148,7 @@ wait_for "scheduler" 30 curl -sf http://127.0.0.1:10259/readyz
 
 say "starting $NODES simulated node(s)"
 for i in $(seq 1 "$NODES"); do
-  "$BIN/rkube-kubelet-agent" --kubeconfig "$(kubeconfig_of "node-rkube-node-$i")" --node-name "rkube-node-$i" \
+  "${SETSID[@]}" "$BIN/rkube-kubelet-agent" --kubeconfig "$(kubeconfig_of "node-rkube-node-$i")" --node-name "rkube-node-$i" \
     --node-index $((i - 1)) --port $((10249 + i)) "${AGENT_FLAGS[@]}" >"$DIR/logs/node-$i.log" 2>&1 &
   PIDS+=($!)
 done

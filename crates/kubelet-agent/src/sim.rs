@@ -103,6 +103,9 @@ struct Container {
     /// The current run ends by the liveness probe, not by itself.
     killed: bool,
     exit_code: i32,
+    /// The code the current run ends with when its process was ended from outside the
+    /// schedule (`end_run`); the next runs keep `exit_code`.
+    exit_once: Option<i32>,
     step: Step,
     state: ContainerState,
     last_state: Option<ContainerState>,
@@ -264,6 +267,18 @@ fn ev(warning: bool, reason: &'static str, message: String, c: &Container) -> Si
     }
 }
 
+/// Whether the container's process is a shell (`exec::shell::container_shell`).
+fn runs_a_shell(spec: &ContainerSpec) -> bool {
+    let argv: Vec<&str> = spec
+        .command
+        .iter()
+        .flatten()
+        .chain(spec.args.iter().flatten())
+        .map(String::as_str)
+        .collect();
+    crate::exec::shell::container_shell(&argv, spec.image.as_deref().unwrap_or_default()).is_some()
+}
+
 impl Container {
     fn new(pod: &Pod, spec: &ContainerSpec, kind: Kind, stages: &Stages, pod_ends: bool) -> Self {
         let o = overrides::for_container(pod, &spec.name);
@@ -275,9 +290,9 @@ impl Container {
             Some(Run::Forever) => None,
             None => match crash {
                 Some(k) => Some(k.after),
-                // A container reading its stdin (`kubectl run -i`) runs until its input says
-                // otherwise (`end_run`).
-                None if spec.stdin == Some(true) => None,
+                // A shell reading its stdin (`kubectl run -it … -- sh`) runs until it exits
+                // (`end_run`).
+                None if spec.stdin == Some(true) && runs_a_shell(spec) => None,
                 None if kind == Kind::Init || (kind == Kind::App && pod_ends) => Some(stages.run),
                 None => None,
             },
@@ -336,6 +351,7 @@ impl Container {
                 .map(pre_stop_duration)
                 .unwrap_or_default(),
             exit_code,
+            exit_once: None,
             step: Step::WaitSandbox,
             state: waiting(
                 if kind == Kind::App
@@ -655,7 +671,7 @@ impl PodSim {
                         ));
                         137
                     } else {
-                        c.exit_code
+                        c.exit_once.take().unwrap_or(c.exit_code)
                     };
                     let term = terminated(c, code, wall);
                     c.ready = false;
@@ -872,7 +888,7 @@ impl PodSim {
             return false;
         };
         *exit_at = Some(now);
-        c.exit_code = code;
+        c.exit_once = Some(code);
         c.killed = false;
         self.nudge.notify_one();
         true

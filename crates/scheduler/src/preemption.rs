@@ -25,8 +25,12 @@ pub struct Budget {
 
 impl Budget {
     fn covers(&self, e: &PodEntry) -> bool {
-        // policy/v1: an empty selector selects every pod of the namespace.
-        e.namespace == self.namespace && self.selector.matches(&e.labels)
+        // As upstream's `filterPodsWithPDBViolation`: an empty selector, or a pod without
+        // labels, is covered by nothing.
+        e.namespace == self.namespace
+            && !self.selector.is_empty()
+            && !e.labels.is_empty()
+            && self.selector.matches(&e.labels)
     }
 }
 

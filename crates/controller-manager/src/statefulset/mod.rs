@@ -133,7 +133,7 @@ impl StatefulSetController {
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         if self.expectations.satisfied(key) && set.metadata.deletion_timestamp.is_none() {
             self.claim_owners(&set, &pods).await?;
-            self.repair(&set, &api, &pods).await?;
+            self.repair(&set, &api, &pods).await;
             self.delete(key, &set, &api, &plan.delete).await?;
             let pods: Vec<Pod> = plan
                 .create
@@ -259,14 +259,11 @@ impl StatefulSetController {
         Ok(Some((current, update, collisions)))
     }
 
-    /// Pods that lost their identity labels get them back, and pods whose claims are
-    /// missing (deleted, or never made) get them made (upstream's `updateStatefulSetPod`).
-    async fn repair(
-        &self,
-        set: &StatefulSet,
-        api: &Api<Pod>,
-        pods: &[Arc<Pod>],
-    ) -> Result<(), Error> {
+    /// Pods that lost their identity labels get them back, and Pending pods whose claims
+    /// are missing (deleted, or never made) get them made (upstream's
+    /// `updateStatefulSetPod`). A failure is told as an event and does not hold up the rest
+    /// of the sync (scaling and the rolling update go on).
+    async fn repair(&self, set: &StatefulSet, api: &Api<Pod>, pods: &[Arc<Pod>]) {
         let ns = set.metadata.namespace.as_deref().unwrap_or_default();
         let set_name = set.metadata.name.as_deref().unwrap_or_default();
         for p in pods
@@ -276,28 +273,32 @@ impl StatefulSetController {
             let Some(ord) = logic::ordinal(set_name, p) else {
                 continue;
             };
+            let pod_name = p.metadata.name.as_deref().unwrap_or_default();
             if let Some(labels) = logic::identity_repair(set_name, p) {
                 let patch = Patch::Merge(json!({"metadata": {
                     "labels": labels,
                     "uid": p.metadata.uid,
                 }}));
-                match api
-                    .patch(p.metadata.name.as_deref().unwrap_or_default(), &patch)
-                    .await
-                {
+                match api.patch(pod_name, &patch).await {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() || e.is_conflict() => {}
-                    Err(e) => return Err(e),
+                    Err(e) => self.recorder.warning(
+                        object_ref(set),
+                        "FailedUpdate",
+                        format!(
+                            "update Pod {pod_name} in StatefulSet {set_name} failed error: {e}"
+                        ),
+                    ),
                 }
             }
+            let pending = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
             let missing =
-                logic::claim_names(set, ord).any(|c| self.ctx.claims.get_in(ns, &c).is_none());
-            if missing {
-                self.create_claims(set, ord, p.metadata.name.as_deref().unwrap_or_default())
-                    .await?;
+                || logic::claim_names(set, ord).any(|c| self.ctx.claims.get_in(ns, &c).is_none());
+            if pending && missing() {
+                // The failure is recorded as an event by `create_claims`.
+                let _ = self.create_claims(set, ord, pod_name).await;
             }
         }
-        Ok(())
     }
 
     /// Creates the claims of pod `ord` that do not exist yet (one event each).

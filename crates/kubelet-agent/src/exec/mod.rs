@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hyper_util::rt::TokioIo;
+use k8s_openapi::chrono::{DateTime, Utc};
 use rkube_client::{Client, Method};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -98,19 +99,16 @@ impl Streaming {
         Some((pod, client))
     }
 
-    fn running(&self, ns: &str, pod: &str, container: &str) -> bool {
+    /// When the container's current run started, while it runs.
+    fn run_start(&self, ns: &str, pod: &str, container: &str) -> Option<DateTime<Utc>> {
         let sim = self
             .sims
             .lock()
             .unwrap()
             .get(&format!("{ns}/{pod}"))
-            .cloned();
-        sim.is_some_and(|s| {
-            s.lock()
-                .unwrap()
-                .log_run(container, false, pod)
-                .is_ok_and(|r| r.end.is_none())
-        })
+            .cloned()?;
+        let run = sim.lock().unwrap().log_run(container, false, pod).ok()?;
+        run.end.is_none().then_some(run.start)
     }
 }
 
@@ -265,6 +263,8 @@ enum Job {
         key: String,
         container: String,
         stdin_once: bool,
+        /// The run attached to: only it is ended, and the session ends with it.
+        started: DateTime<Utc>,
         view: View,
         name: String,
     },
@@ -310,23 +310,7 @@ fn container_shell(c: &Value) -> Option<String> {
         .chain(c["args"].as_array().into_iter().flatten())
         .filter_map(Value::as_str)
         .collect();
-    let image = c["image"].as_str().unwrap_or("");
-    let base = image.rsplit('/').next().unwrap_or(image);
-    let first = match argv.first() {
-        Some(a) if argv.len() == 1 => a.rsplit('/').next().unwrap_or(a),
-        Some(_) => return None,
-        // Images whose default command is a shell.
-        None if ["busybox", "alpine", "ubuntu", "debian"]
-            .iter()
-            .any(|i| base.starts_with(i)) =>
-        {
-            "sh"
-        }
-        None => return None,
-    };
-    ["sh", "bash", "ash"]
-        .contains(&first)
-        .then(|| first.to_string())
+    shell::container_shell(&argv, c["image"].as_str().unwrap_or(""))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -361,12 +345,12 @@ async fn remote_command(
             format!("pod {ns}/{pod} not found on this node"),
         );
     };
-    if !st.running(&ns, &pod, &container) {
+    let Some(started) = st.run_start(&ns, &pod, &container) else {
         return refuse(
             StatusCode::NOT_FOUND,
             format!("container not found (\"{container}\")"),
         );
-    }
+    };
     let spec = view::container_spec(&pod_obj, &container)
         .cloned()
         .unwrap_or(Value::Null);
@@ -384,6 +368,7 @@ async fn remote_command(
                 key: format!("{ns}/{pod}"),
                 container: container.clone(),
                 stdin_once: spec["stdinOnce"] == true,
+                started,
             },
             None => Job::Follow {
                 sims: st.sims.clone(),
@@ -519,11 +504,40 @@ async fn run(
             key,
             container,
             stdin_once,
+            started,
         } => {
-            let (code, exited) = interactive(&view, &name, tty, stdin, &out, &cancel).await;
+            let this_run = {
+                let (sims, key, container) = (sims.clone(), key.clone(), container.clone());
+                move || {
+                    let sim = sims.lock().unwrap().get(&key).cloned();
+                    sim.and_then(|s| s.lock().unwrap().log_run(&container, false, "").ok())
+                        .is_some_and(|r| r.end.is_none() && r.start == started)
+                }
+            };
+            // The shell stops when its client goes or when the run it is ends otherwise
+            // (the pod deleted, another attach's `exit`, a restart).
+            let done = cancel.child_token();
+            let watcher = {
+                let (done, this_run) = (done.clone(), this_run.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = done.cancelled() => return,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                        if !this_run() {
+                            done.cancel();
+                            return;
+                        }
+                    }
+                })
+            };
+            let (code, exited) = interactive(&view, &name, tty, stdin, &out, &done).await;
+            done.cancel();
+            let _ = watcher.await;
             // The container's process is this shell: when it exits, or its stdin closes for
             // good with the first attach gone (`stdinOnce`), the container exits with it.
-            if exited || stdin_once {
+            if (exited || stdin_once) && this_run() {
                 let sim = sims.lock().unwrap().get(&key).cloned();
                 if let Some(sim) = sim {
                     sim.lock().unwrap().end_run(
@@ -708,7 +722,7 @@ type StdinPair = (
 
 fn stdin_pair(o: &Opts) -> StdinPair {
     if o.stdin {
-        let (t, r) = mpsc::channel::<Vec<u8>>(16);
+        let (t, r) = mpsc::channel::<Vec<u8>>(256);
         (Some(t), Some(r))
     } else {
         (None, None)
@@ -755,9 +769,10 @@ async fn ws_session<R: AsyncRead + Unpin + Send + 'static>(
                     Ok(Ok(Some(Msg::Binary(m)))) => match m.split_first() {
                         Some((&STDIN, data)) => {
                             if let Some(tx) = &stdin {
-                                // Never waits: input typed while a command sleeps is
-                                // dropped past the buffer, and a gone client is noticed.
-                                let _ = tx.try_send(data.to_vec());
+                                tokio::select! {
+                                    _ = cancel.cancelled() => break,
+                                    sent = tx.send(data.to_vec()) => if sent.is_err() { stdin = None },
+                                }
                             }
                         }
                         // v5: the client closed a channel (stdin: end of input).
@@ -877,9 +892,10 @@ async fn spdy_session<R: AsyncRead + Unpin + Send + 'static>(
                 };
                 match f {
                     Ok(Ok(Some(Frame::Data { id, fin, data }))) if Some(id) == stdin_id => {
-                        if let Some(tx) = &stdin {
-                            if !data.is_empty() {
-                                let _ = tx.try_send(data);
+                        if let Some(tx) = stdin.as_ref().filter(|_| !data.is_empty()) {
+                            tokio::select! {
+                                _ = cancel.cancelled() => break,
+                                sent = tx.send(data) => if sent.is_err() { stdin = None },
                             }
                         }
                         if fin {

@@ -151,6 +151,27 @@ fn program(arg0: &str) -> Option<&str> {
     }
 }
 
+/// The shell a container's process is, if it is one reading its stdin: its command and
+/// args are a single `sh`/`bash`/`ash` (by path too), or empty on an image whose default
+/// command is a shell (busybox, alpine, ubuntu, debian). `kubectl run -it … -- sh`.
+pub fn container_shell(argv: &[&str], image: &str) -> Option<String> {
+    let base = image.rsplit('/').next().unwrap_or(image);
+    let first = match argv {
+        [a] => a.rsplit('/').next().unwrap_or(a),
+        [_, ..] => return None,
+        [] if ["busybox", "alpine", "ubuntu", "debian"]
+            .iter()
+            .any(|i| base.starts_with(i)) =>
+        {
+            "sh"
+        }
+        [] => return None,
+    };
+    ["sh", "bash", "ash"]
+        .contains(&first)
+        .then(|| first.to_string())
+}
+
 /// A shell session: working directory, last exit code, whether `exit` ran.
 pub struct Shell<'a> {
     view: &'a View,
@@ -754,7 +775,7 @@ impl<'a> Shell<'a> {
                 continue;
             }
             for (name, body) in members {
-                if archive.len() > MAX_OUTPUT {
+                if size(out) + archive.len() + body.map_or(0, Vec::len) > MAX_OUTPUT {
                     err(out, "tar: output limit reached\n");
                     return 2;
                 }
@@ -856,21 +877,25 @@ fn is_builtin(p: &str) -> bool {
 fn tar_header(name: &str, size: usize, mtime: i64) -> [u8; 512] {
     let mut h = [0u8; 512];
     let dir = name.ends_with('/');
-    // Long names go in the prefix field (up to 155 + 100 bytes), split at a `/`.
-    let (prefix, short) = match name.len() {
-        n if n <= 100 => ("", name),
-        _ => name[..name.len() - 1]
-            .rfind('/')
-            .filter(|i| *i <= 155 && name.len() - i - 1 <= 100)
-            .map_or(("", &name[name.len().saturating_sub(100)..]), |i| {
-                (&name[..i], &name[i + 1..])
-            }),
+    // Long names go in the prefix field (up to 155 + 100 bytes), split at a `/`; bytes, not
+    // characters, so a name in any script splits without panicking.
+    let bytes = name.as_bytes();
+    let (prefix, short): (&[u8], &[u8]) = if bytes.len() <= 100 {
+        (&[], bytes)
+    } else {
+        bytes
+            .iter()
+            .enumerate()
+            .position(|(i, b)| *b == b'/' && i <= 155 && bytes.len() - i - 1 <= 100)
+            .map_or((&[][..], &bytes[bytes.len() - 100..]), |i| {
+                (&bytes[..i], &bytes[i + 1..])
+            })
     };
     let put = |h: &mut [u8; 512], at: usize, len: usize, v: &[u8]| {
         let n = v.len().min(len);
         h[at..at + n].copy_from_slice(&v[..n]);
     };
-    put(&mut h, 0, 100, short.as_bytes());
+    put(&mut h, 0, 100, short);
     put(
         &mut h,
         100,
@@ -890,7 +915,7 @@ fn tar_header(name: &str, size: usize, mtime: i64) -> [u8; 512] {
     put(&mut h, 257, 8, b"ustar\x0000");
     put(&mut h, 265, 32, b"root");
     put(&mut h, 297, 32, b"root");
-    put(&mut h, 345, 155, prefix.as_bytes());
+    put(&mut h, 345, 155, prefix);
     // The checksum is computed with its own field as spaces.
     h[148..156].copy_from_slice(b"        ");
     let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
@@ -1070,6 +1095,16 @@ mod tests {
         // Extracting into the read-only filesystem fails.
         assert_eq!(run(&v, &["tar", "xf", "-"]).2, 2);
         assert_eq!(run(&v, &["tar", "cf", "-", "/nope"]).2, 2);
+        // Long names, in any script, split at a `/` or keep their end — never a panic.
+        let long = format!("{}/{}", "é".repeat(60), "ü".repeat(40));
+        let h = tar_header(&long, 1, 0);
+        assert_eq!(&h[345..465], "é".repeat(60).as_bytes());
+        assert_eq!(&h[0..80], "ü".repeat(40).as_bytes());
+        tar_header(&"ß".repeat(300), 1, 0);
+        assert_eq!(container_shell(&["/bin/bash"], "x"), Some("bash".into()));
+        assert_eq!(container_shell(&[], "busybox:1.36"), Some("sh".into()));
+        assert_eq!(container_shell(&["sh", "-c", "echo"], "busybox"), None);
+        assert_eq!(container_shell(&[], "nginx"), None);
     }
 
     fn shell_quote(s: &str) -> String {
