@@ -181,6 +181,23 @@ fn check_exec(k: &Kubectl<'_>) {
         "one two\n"
     );
     contains(&k.ok(&["exec", "web", "--", "id"]), "uid=0(root)");
+    // The projected service-account volume: a bound token, the cluster's CA, the namespace.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(
+        k.ok(&["exec", "web", "--", "ls", sa]),
+        "ca.crt\nnamespace\ntoken\n"
+    );
+    assert_eq!(
+        k.ok(&["exec", "web", "--", "cat", &format!("{sa}/namespace")]),
+        "default"
+    );
+    assert!(k
+        .ok(&["exec", "web", "--", "cat", &format!("{sa}/token")])
+        .starts_with("eyJ"));
+    contains(
+        &k.ok(&["exec", "web", "--", "cat", &format!("{sa}/ca.crt")]),
+        "BEGIN CERTIFICATE",
+    );
     contains(&k.ok(&["exec", "web", "--", "date"]), " UTC ");
     assert_eq!(k.ok(&["exec", "web", "--", "true"]), "");
     // The other container: its own view.
