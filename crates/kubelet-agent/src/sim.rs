@@ -864,7 +864,6 @@ impl PodSim {
         events
     }
 
-    /// Every container has exited (after deletion, or run to completion with restartPolicy Never).
     /// What wakes the pod's worker (`end_run` pokes it).
     pub fn nudge(&self) -> std::sync::Arc<tokio::sync::Notify> {
         self.nudge.clone()
@@ -894,6 +893,7 @@ impl PodSim {
         true
     }
 
+    /// Every container has exited (after deletion, or run to completion with restartPolicy Never).
     pub fn finished(&self) -> bool {
         self.containers.iter().all(|c| c.step == Step::Exited)
     }
@@ -1008,6 +1008,10 @@ impl PodSim {
     pub fn ephemeral(&mut self, pod: &Pod, wall: DateTime<Utc>) -> Vec<SimEvent> {
         let mut events = Vec::new();
         if matches!(self.phase(), "Succeeded" | "Failed") || self.deleting {
+            // A pod that stops stops its ephemeral containers too.
+            for e in self.ephemeral.iter_mut().filter(|e| e.ended.is_none()) {
+                e.ended = Some((137, wall));
+            }
             return events;
         }
         let added = pod
@@ -1539,6 +1543,71 @@ mod tests {
         sim.delete(t0, Duration::from_secs(2), &stages);
         let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
         assert_eq!(next, Some(t0 + Duration::from_secs(2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shell_on_stdin_runs_until_it_exits_and_ephemeral_containers_end() {
+        let stages = Stages::fast();
+        let t0 = Instant::now();
+        let mut images = HashSet::new();
+        // `kubectl run -i --restart=Never -- sh`: no run duration; `exit 3` ends it with 3.
+        let p = pod_with(
+            json!({"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox", "args": ["sh"], "stdin": true}]}),
+            json!({}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!((next, sim.phase()), (None, "Running"));
+        assert!(sim.end_run("c", 3, t0, rkube_client::now()));
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(sim.phase(), "Failed");
+        let t = state_of(&sim.status(&p, "h"), false, 0).terminated.unwrap();
+        assert_eq!(t.exit_code, 3);
+        assert!(
+            !sim.end_run("c", 0, t0, rkube_client::now()),
+            "nothing runs"
+        );
+        // A stdin container that is not a shell keeps its run duration.
+        let p = pod_with(
+            json!({"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox", "command": ["echo", "hi"], "stdin": true}]}),
+            json!({}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        let (_, next) = sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        assert_eq!(next, Some(t0 + crate::stages::DEFAULT_RUN));
+        // An ephemeral container runs until its shell exits; a finished pod stops it.
+        let mut p = pod_with(
+            json!({"restartPolicy": "Always", "containers": [{"name": "c", "image": "nginx"}],
+                "ephemeralContainers": [{"name": "dbg", "image": "busybox"},
+                    {"name": "dbg2", "image": "busybox"}]}),
+            json!({}),
+        );
+        let mut sim = PodSim::new(&p, "ip".into(), &stages, t0, rkube_client::now());
+        sim.advance(t0, rkube_client::now(), &stages, &mut images);
+        sim.ephemeral(&p, rkube_client::now());
+        assert!(sim.log_run("dbg", false, "p").unwrap().end.is_none());
+        assert!(sim.end_run("dbg", 0, t0, rkube_client::now()));
+        let st = sim.status(&p, "h");
+        let dbg = &st.ephemeral_container_statuses.as_ref().unwrap()[0];
+        let t = dbg.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        p.metadata.deletion_timestamp = Some(Time(rkube_client::now()));
+        sim.delete(t0, Duration::from_secs(1), &stages);
+        sim.ephemeral(&p, rkube_client::now());
+        let st = sim.status(&p, "h");
+        let dbg2 = &st.ephemeral_container_statuses.as_ref().unwrap()[1];
+        assert_eq!(
+            dbg2.state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .exit_code,
+            137
+        );
     }
 
     #[tokio::test(start_paused = true)]

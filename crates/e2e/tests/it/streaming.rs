@@ -398,3 +398,58 @@ async fn exec_and_port_forward_reach_the_simulated_containers() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
     }
 }
+
+/// A virtualenv with the official Python client (`kubernetes` from PyPI) under `target/`,
+/// made once; `None` (the test skips, saying why) where Python or PyPI is unavailable.
+fn python_client() -> Option<std::path::PathBuf> {
+    let venv = rkube_e2e::workspace_root().join("target/python-client");
+    let python = venv.join("bin/python");
+    let ready = |p: &std::path::Path| {
+        Command::new(p)
+            .args(["-c", "import kubernetes"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if ready(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "kubernetes"])
+            .status()
+            .is_ok_and(|s| s.success());
+    (made && ready(&python)).then_some(python)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_client_execs_and_forwards_ports() {
+    let Some(python) = python_client() else {
+        eprintln!("SKIPPED: no Python 3 with pip and PyPI to install the kubernetes client");
+        return;
+    };
+    let c = Cluster::start(Opts::default()).await;
+    let k = kubectl(&c);
+    k.ok(&["run", "web", "--image=nginx:1.27", "--port=80"]);
+    k.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=60s"]);
+    let out = Command::new(python)
+        .arg(rkube_e2e::workspace_root().join("crates/e2e/testdata/python-stream.py"))
+        .arg(&c.kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // WebSocket v4 channels for exec (with its exit code) and for port-forward.
+    contains(&text, "EXEC web\n");
+    contains(&text, "STDOUT out\n");
+    contains(&text, "CODE 3\n");
+    contains(&text, "PF HTTP/1.1 200 OK True\n");
+}

@@ -969,13 +969,32 @@ async fn port_forward(
             format!("pod {ns}/{pod} not found on this node"),
         );
     };
-    let (wire, resp) = match negotiate(&req, &["portforward.k8s.io", "SPDY/3.1+portforward.k8s.io"])
-    {
+    let (wire, resp) = match negotiate(
+        &req,
+        &[
+            "portforward.k8s.io",
+            "SPDY/3.1+portforward.k8s.io",
+            "v4.channel.k8s.io",
+        ],
+    ) {
         Ok(x) => x,
         Err(r) => return *r,
     };
-    if matches!(wire, Wire::WebSocket(_)) {
-        return refuse(StatusCode::BAD_REQUEST, "port-forward needs SPDY/3.1");
+    // WebSocket channels (the Python client's and kube-rs's port-forward): the ports are
+    // named in the query, two channels each.
+    let ports: Vec<u16> = rkube_api::options::parse_query(req.uri().query().unwrap_or(""))
+        .into_iter()
+        .filter(|(k, _)| k == "ports")
+        .flat_map(|(_, v)| v.split(',').map(str::to_string).collect::<Vec<_>>())
+        .filter_map(|p| p.trim().parse().ok())
+        .filter(|p| *p > 0)
+        .take(64)
+        .collect();
+    if matches!(wire, Wire::WebSocket(_)) && ports.is_empty() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "query parameter \"port\" is required",
+        );
     }
     let upgrade = hyper::upgrade::on(&mut req);
     tracing::info!(%ns, %pod, ?wire, "port-forward session");
@@ -985,7 +1004,9 @@ async fn port_forward(
         let (rd, wr) = tokio::io::split(TokioIo::new(u));
         let (wire_tx, wire_rx) = mpsc::channel::<Vec<u8>>(64);
         let writer = tokio::spawn(write_loop(wr, wire_rx));
-        if wire == Wire::Tunnel {
+        if let Wire::WebSocket(_) = wire {
+            ws_forward_session(rd, wire_tx, &pod_obj, &ports).await;
+        } else if wire == Wire::Tunnel {
             // WebSocket messages in, a byte stream of SPDY frames out of the pipe; our
             // frames out, each in a binary message.
             let (pipe_rd, mut pipe_wr) = tokio::io::duplex(256 * 1024);
@@ -1029,6 +1050,86 @@ async fn port_forward(
         let _ = tokio::time::timeout(WRITE_TIMEOUT, writer).await;
     });
     resp
+}
+
+/// Port-forward over WebSocket channels: port `i` of the query has data channel `2i` and
+/// error channel `2i+1`, each opened with the port number (two bytes, little endian). The
+/// first HTTP request on a port is answered (or the port's error sent), then the session
+/// closes, which closes the client's local connections.
+async fn ws_forward_session<R: AsyncRead + Unpin>(
+    rd: R,
+    wire: mpsc::Sender<Vec<u8>>,
+    pod: &Value,
+    ports: &[u16],
+) {
+    let binary = |ch: u8, data: &[u8]| {
+        let mut m = Vec::with_capacity(data.len() + 1);
+        m.push(ch);
+        m.extend_from_slice(data);
+        ws::frame(ws::OP_BINARY, &m)
+    };
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+    for (i, port) in ports.iter().enumerate() {
+        for ch in [2 * i as u8, 2 * i as u8 + 1] {
+            let _ = wire.send(binary(ch, &port.to_le_bytes())).await;
+        }
+    }
+    // Ports nothing listens on fail at once, on their error channel.
+    let mut open = ports.len();
+    for (i, port) in ports.iter().enumerate() {
+        if portforward::listener(pod, *port).is_none() {
+            let msg = format!(
+                "error forwarding port {port} to pod {uid}, uid : failed to connect to localhost:{port} inside namespace \"{uid}\", IPv4: dial tcp4 127.0.0.1:{port}: connect: connection refused "
+            );
+            let _ = wire.send(binary(2 * i as u8 + 1, msg.as_bytes())).await;
+            open -= 1;
+        }
+    }
+    let mut heads: Vec<Vec<u8>> = vec![Vec::new(); ports.len()];
+    let mut answered = vec![false; ports.len()];
+    let mut r = ws::Reader::new(rd, MAX_FRAME);
+    while open > 0 {
+        let msg = match tokio::time::timeout(IDLE, r.next()).await {
+            Ok(Ok(Some(m))) => m,
+            _ => break,
+        };
+        let data = match msg {
+            Msg::Binary(d) => d,
+            Msg::Ping(p) => {
+                let _ = wire.send(ws::frame(ws::OP_PONG, &p)).await;
+                continue;
+            }
+            Msg::Text(_) => continue,
+            Msg::Close => break,
+        };
+        let Some((&ch, bytes)) = data.split_first() else {
+            continue;
+        };
+        let i = usize::from(ch / 2);
+        if ch % 2 != 0 || i >= ports.len() || answered[i] {
+            continue;
+        }
+        let head = &mut heads[i];
+        let room = MAX_HEAD.saturating_sub(head.len());
+        head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        let Some(end) = portforward::head_end(head) else {
+            if head.len() >= MAX_HEAD {
+                answered[i] = true;
+                open -= 1;
+            }
+            continue;
+        };
+        let now = rkube_client::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let answer = portforward::answer(pod, ports[i], &head[..end], &now);
+        for chunk in answer.chunks(32 * 1024) {
+            let _ = wire.send(binary(ch, chunk)).await;
+        }
+        answered[i] = true;
+        open -= 1;
+    }
+    let _ = wire.send(ws::close_frame(1000)).await;
 }
 
 /// One forwarded connection: its two streams and what its client has sent.

@@ -322,8 +322,42 @@ async fn volume_files(
     files
 }
 
-/// A token for the pod's service account, bound to the pod (TokenRequest).
+/// Tokens minted for exec views, reused for a while: (pod uid, account, audience) →
+/// (token, when minted). Bounded: emptied when it grows past `MAX_TOKENS`.
+type Tokens = std::sync::Mutex<
+    std::collections::HashMap<(String, String, String), (String, std::time::Instant)>,
+>;
+static TOKENS: std::sync::OnceLock<Tokens> = std::sync::OnceLock::new();
+const TOKEN_REUSE: std::time::Duration = std::time::Duration::from_secs(600);
+const MAX_TOKENS: usize = 10_000;
+
+/// A token for the pod's service account, bound to the pod (TokenRequest), minted once per
+/// pod, account and audience every ten minutes rather than on every exec.
 async fn token(rd: &mut Reader<'_>, pod: &Value, src: &Value) -> Option<String> {
+    let key = (
+        pod["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+        pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string(),
+        src["audience"].as_str().unwrap_or("").to_string(),
+    );
+    let tokens = TOKENS.get_or_init(Default::default);
+    if let Some((t, at)) = tokens.lock().unwrap().get(&key) {
+        if at.elapsed() < TOKEN_REUSE {
+            return Some(t.clone());
+        }
+    }
+    let minted = mint(rd, pod, src).await?;
+    let mut tokens = tokens.lock().unwrap();
+    if tokens.len() >= MAX_TOKENS {
+        tokens.clear();
+    }
+    tokens.insert(key, (minted.clone(), std::time::Instant::now()));
+    Some(minted)
+}
+
+async fn mint(rd: &mut Reader<'_>, pod: &Value, src: &Value) -> Option<String> {
     let sa = pod["spec"]["serviceAccountName"]
         .as_str()
         .unwrap_or("default");
