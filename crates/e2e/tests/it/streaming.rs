@@ -216,6 +216,28 @@ fn check_exec(k: &Kubectl<'_>) {
     assert_eq!((out.as_str(), code), ("hello\n", 3), "{err}");
     contains(&err, "command terminated with exit code 3");
     assert_eq!(with_stdin(k, &["exec", "web", "--", "false"], "").2, 1);
+    assert_eq!(
+        k.ok(&[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "env | grep ^GREET | sort | head -n 1"
+        ]),
+        "GREETING=hello\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "env | grep GREETING= | wc -l"
+        ]),
+        "1\n"
+    );
     let (_, err, code) = with_stdin(k, &["exec", "web", "--", "sh", "-c", "nosuch"], "");
     assert_eq!(code, 127, "{err}");
     contains(&err, "nosuch: command not found");

@@ -3,7 +3,8 @@
 //! `hostname`, `cat`, `ls`, `echo`, `true`, `false`, `sleep`, `date`, `id`, `whoami`, `pwd`,
 //! `cd`, `uname`, `exit`, `tar cf -` (for `kubectl cp`), and `sh`/`bash -c` scripts with `;`,
 //! newlines, `&&`, `||`, quoting and `$VAR`; anything else exits 127, "command not found".
-//! Pipes and redirections are refused.
+//! Pipelines into `grep`, `head`, `tail`, `wc`, `sort`, `uniq` and `cat`; redirections are
+//! refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -185,6 +186,8 @@ pub struct Shell<'a> {
 #[derive(Debug, PartialEq)]
 enum Tok {
     Word(String),
+    /// `|`: a pipeline's next stage (within one command).
+    Pipe,
     And,
     Or,
     Semi,
@@ -288,10 +291,12 @@ impl<'a> Shell<'a> {
                 return;
             }
             let mut words: Vec<String> = Vec::new();
+            let mut stages: Vec<Vec<String>> = Vec::new();
             let mut sep = None;
             for t in toks {
                 match t {
                     Tok::Word(w) => words.push(w),
+                    Tok::Pipe => stages.push(std::mem::take(&mut words)),
                     Tok::Unsupported(what) => {
                         out.push(Action::Err(
                             format!(
@@ -306,7 +311,10 @@ impl<'a> Shell<'a> {
                     t => sep = Some(t),
                 }
             }
-            if !words.is_empty() && !skip {
+            if !stages.is_empty() && !skip {
+                stages.push(words);
+                self.last = self.pipeline(&stages, out, depth);
+            } else if !words.is_empty() && !skip {
                 self.last = self.command(&words, out, depth);
             }
             skip = match sep {
@@ -315,6 +323,49 @@ impl<'a> Shell<'a> {
                 _ => false,
             };
         }
+    }
+
+    /// A pipeline: the first command runs as any, its output goes through the filters
+    /// after it (`grep [-v] [-i] [-c] PATTERN` by substring, `^`/`$` anchored, `head`/`tail [-n N]`,
+    /// `wc [-l|-w|-c]`, `sort [-r]`, `uniq`, `cat`); its code is the last stage's.
+    fn pipeline(&mut self, stages: &[Vec<String>], out: &mut Vec<Action>, depth: usize) -> i32 {
+        let syntax = |out: &mut Vec<Action>, name: &str| {
+            out.push(Action::Err(
+                format!("{name}: syntax error near unexpected token `|'\n").into_bytes(),
+            ));
+            2
+        };
+        let Some(head) = stages.first().filter(|w| !w.is_empty()) else {
+            return syntax(out, &self.name);
+        };
+        let mut first = Vec::new();
+        self.command(head, &mut first, depth);
+        let mut data = Vec::new();
+        for a in first {
+            match a {
+                Action::Out(b) => data.extend(b),
+                other => out.push(other),
+            }
+        }
+        let mut code = 0;
+        for stage in &stages[1..] {
+            let Some((name, args)) = stage.split_first() else {
+                return syntax(out, &self.name);
+            };
+            match filter(program(name).unwrap_or(name), args, &data) {
+                Ok((next, c)) => {
+                    data = next;
+                    code = c;
+                }
+                Err((msg, c)) => {
+                    out.push(Action::Err(format!("{}: {msg}\n", self.name).into_bytes()));
+                    data.clear();
+                    code = c;
+                }
+            }
+        }
+        out.push(Action::Out(data));
+        code
     }
 
     /// The next command's words and the operator after it (quotes removed, `$NAME`,
@@ -347,7 +398,11 @@ impl<'a> Shell<'a> {
                 ';' | '\n' => Some((Tok::Semi, i + 1)),
                 '&' if next_is(&mut chars, '&') => Some((Tok::And, i + 2)),
                 '|' if next_is(&mut chars, '|') => Some((Tok::Or, i + 2)),
-                '|' => Some((Tok::Unsupported("pipes"), i + 1)),
+                '|' => {
+                    push(&mut toks, &mut word, &mut in_word);
+                    toks.push(Tok::Pipe);
+                    None
+                }
                 '&' => Some((Tok::Unsupported("background jobs"), i + 1)),
                 '>' | '<' => Some((Tok::Unsupported("redirections"), i + 1)),
                 '`' => Some((Tok::Unsupported("command substitutions"), i + 1)),
@@ -873,6 +928,106 @@ fn is_builtin(p: &str) -> bool {
     )
 }
 
+/// One filter of a pipeline over its input: (output, exit code), or (message, code).
+fn filter(name: &str, args: &[String], input: &[u8]) -> Result<(Vec<u8>, i32), (String, i32)> {
+    let text = String::from_utf8_lossy(input);
+    let lines: Vec<&str> = text.lines().collect();
+    let join = |ls: Vec<&str>| -> Vec<u8> {
+        let mut s = ls.join("\n");
+        if !ls.is_empty() {
+            s.push('\n');
+        }
+        s.into_bytes()
+    };
+    let flags: String = args
+        .iter()
+        .filter(|a| {
+            a.starts_with('-') && a.len() > 1 && !a[1..].starts_with(|c: char| c.is_ascii_digit())
+        })
+        .flat_map(|a| a.chars().skip(1))
+        .collect();
+    let count = |default: usize| -> usize {
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "-n" {
+                return it.next().and_then(|n| n.parse().ok()).unwrap_or(default);
+            }
+            if let Some(n) = a
+                .strip_prefix("-n")
+                .or_else(|| a.strip_prefix('-'))
+                .and_then(|n| n.parse().ok())
+            {
+                return n;
+            }
+        }
+        default
+    };
+    match name {
+        "cat" if args.is_empty() => Ok((input.to_vec(), 0)),
+        "grep" => {
+            let Some(pattern) = args.iter().find(|a| !a.starts_with('-')) else {
+                return Err(("grep: no pattern given".into(), 2));
+            };
+            let ci = flags.contains('i');
+            let p = if ci {
+                pattern.to_lowercase()
+            } else {
+                pattern.clone()
+            };
+            // A substring, anchored by a leading `^` or a trailing `$`.
+            let (start, p) = p
+                .strip_prefix('^')
+                .map_or((false, p.as_str()), |r| (true, r));
+            let (end, p) = p.strip_suffix('$').map_or((false, p), |r| (true, r));
+            let hit = |l: &str| {
+                let l = if ci { l.to_lowercase() } else { l.to_string() };
+                let m = match (start, end) {
+                    (true, true) => l == p,
+                    (true, false) => l.starts_with(p),
+                    (false, true) => l.ends_with(p),
+                    (false, false) => l.contains(p),
+                };
+                m != flags.contains('v')
+            };
+            let found: Vec<&str> = lines.iter().filter(|l| hit(l)).copied().collect();
+            let code = i32::from(found.is_empty());
+            if flags.contains('c') {
+                return Ok((format!("{}\n", found.len()).into_bytes(), code));
+            }
+            Ok((join(found), code))
+        }
+        "head" => Ok((join(lines.iter().take(count(10)).copied().collect()), 0)),
+        "tail" => {
+            let n = count(10);
+            Ok((join(lines[lines.len().saturating_sub(n)..].to_vec()), 0))
+        }
+        "wc" => {
+            let (l, w, c) = (lines.len(), text.split_whitespace().count(), input.len());
+            let shown = match () {
+                _ if flags.contains('l') => l.to_string(),
+                _ if flags.contains('w') => w.to_string(),
+                _ if flags.contains('c') => c.to_string(),
+                _ => format!("{l:>7} {w:>7} {c:>7}"),
+            };
+            Ok((format!("{shown}\n").into_bytes(), 0))
+        }
+        "sort" => {
+            let mut ls = lines.clone();
+            ls.sort_unstable();
+            if flags.contains('r') {
+                ls.reverse();
+            }
+            Ok((join(ls), 0))
+        }
+        "uniq" => {
+            let mut ls = lines.clone();
+            ls.dedup();
+            Ok((join(ls), 0))
+        }
+        other => Err((format!("{other}: command not found"), 127)),
+    }
+}
+
 /// A ustar header for a file of `size` bytes, or a directory (a name ending in `/`).
 fn tar_header(name: &str, size: usize, mtime: i64) -> [u8; 512] {
     let mut h = [0u8; 512];
@@ -1036,7 +1191,23 @@ mod tests {
         assert_eq!(sh("exit 3; echo after"), (String::new(), String::new(), 3));
         let (_, e, code) = sh("nosuch --flag");
         assert_eq!((e.as_str(), code), ("sh: nosuch: command not found\n", 127));
-        assert_eq!(sh("ls | wc -l").2, 2);
+        assert_eq!(sh("ls /etc/config | wc -l").0, "2\n");
+        assert_eq!(
+            sh("env | grep -i greet | head -n 1").0,
+            "GREETING=hi there\n"
+        );
+        assert_eq!(sh("env | grep NOPE").2, 1);
+        assert_eq!(sh("env | grep ^GREET").0, "GREETING=hi there\n");
+        assert_eq!(sh("env | grep ^REETING").2, 1);
+        assert_eq!(sh("env | grep -c bin$").0, "1\n");
+        assert_eq!(
+            sh("env | grep -v PATH | sort -r | tail -1").0,
+            "GREETING=hi there\n"
+        );
+        assert_eq!(sh("echo b; echo a | sort").0, "b\na\n");
+        assert_eq!(sh("echo x | nosuch").2, 127);
+        assert_eq!(sh("| wc").2, 2);
+        assert_eq!(sh("echo x > f").2, 2);
         assert_eq!(sh("echo 'open").2, 2);
         // Nesting is bounded.
         let mut deep = "true".to_string();
