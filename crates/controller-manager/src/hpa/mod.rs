@@ -146,8 +146,10 @@ impl HpaController {
             format!("/apis/{}/{}", def.group, def.version)
         };
         let scale_path = format!(
-            "{base}/namespaces/{ns}/{}/{}/scale",
-            def.plural, target.name
+            "{base}/namespaces/{}/{}/{}/scale",
+            rkube_client::client::encode(ns),
+            def.plural,
+            rkube_client::client::encode(&target.name)
         );
         let scale: Value = match self
             .ctx

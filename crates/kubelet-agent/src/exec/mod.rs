@@ -78,12 +78,7 @@ impl Streaming {
             let nodes = self.pods.read().unwrap();
             nodes
                 .iter()
-                .find(|(_, store)| {
-                    store.list().iter().any(|p| {
-                        p.metadata.namespace.as_deref() == Some(ns)
-                            && p.metadata.name.as_deref() == Some(name)
-                    })
-                })
+                .find(|(_, store)| store.get_in(ns, name).is_some())
                 .map(|(n, _)| n.clone())?
         };
         let client = self.clients.get(&node)?.clone();
@@ -452,43 +447,13 @@ async fn run(
     cancel: CancellationToken,
 ) -> Result<i32, String> {
     let tty = o.tty;
-    let emit = |out: &Out, a: Action| {
-        let out = out.clone();
-        async move {
-            let (ch, mut data) = match a {
-                Action::Out(d) => (STDOUT, d),
-                Action::Err(d) => (if tty { STDOUT } else { STDERR }, d),
-                Action::Sleep(d) => {
-                    tokio::time::sleep(d).await;
-                    return;
-                }
-            };
-            if tty {
-                data = crlf(&data);
-            }
-            let _ = out.send((ch, data)).await;
-        }
-    };
-    let perform = |actions: Vec<Action>| {
-        let out = out.clone();
-        let cancel = cancel.clone();
-        async move {
-            for a in actions {
-                tokio::select! {
-                    _ = cancel.cancelled() => return false,
-                    _ = emit(&out, a) => {}
-                }
-            }
-            true
-        }
-    };
     match job {
         Job::Exec { view, argv } => {
             let mut sh = Shell::new(&view, "sh", rkube_client::now());
             match sh.exec(&argv) {
                 Plan::Run(actions, code) => {
                     drop(stdin);
-                    perform(actions).await;
+                    perform(actions, tty, &out, &cancel).await;
                     Ok(code)
                 }
                 Plan::Interactive => {
@@ -572,7 +537,7 @@ async fn run(
                 n += 1;
                 let at = rkube_client::now();
                 let line = format!("{}\n", crate::logs::line(&image, &container, 5 + n, at));
-                if !perform(vec![Action::Out(line.into_bytes())]).await {
+                if !perform(vec![Action::Out(line.into_bytes())], tty, &out, &cancel).await {
                     return Ok(0);
                 }
             }
@@ -629,7 +594,7 @@ async fn interactive(
         let Some(chunk) = chunk else {
             if !tty && !line.is_empty() {
                 let text = String::from_utf8_lossy(&line).into_owned();
-                run_line(&mut sh, &text, tty, out, cancel).await;
+                perform(sh.line(&text), tty, out, cancel).await;
             }
             // The client's input ended: the shell exits only if that was its `exit`.
             return (sh.last, sh.exited);
@@ -642,7 +607,7 @@ async fn interactive(
                     }
                     let text = String::from_utf8_lossy(&line).into_owned();
                     line.clear();
-                    run_line(&mut sh, &text, tty, out, cancel).await;
+                    perform(sh.line(&text), tty, out, cancel).await;
                     if sh.exited || cancel.is_cancelled() {
                         return (sh.last, sh.exited);
                     }
@@ -677,20 +642,16 @@ async fn interactive(
     }
 }
 
-async fn run_line(
-    sh: &mut Shell<'_>,
-    text: &str,
-    tty: bool,
-    out: &Out,
-    cancel: &CancellationToken,
-) {
-    for a in sh.line(text) {
+/// Carries out a command's effects in order: output to its channel (stderr into stdout on a
+/// terminal, `\n` as `\r\n` there), sleeps slept; false when the client went first.
+async fn perform(actions: Vec<Action>, tty: bool, out: &Out, cancel: &CancellationToken) -> bool {
+    for a in actions {
         let (ch, data) = match a {
             Action::Out(d) => (STDOUT, d),
             Action::Err(d) => (if tty { STDOUT } else { STDERR }, d),
             Action::Sleep(d) => {
                 tokio::select! {
-                    _ = cancel.cancelled() => return,
+                    _ = cancel.cancelled() => return false,
                     _ = tokio::time::sleep(d) => {}
                 }
                 continue;
@@ -698,10 +659,11 @@ async fn run_line(
         };
         let data = if tty { crlf(&data) } else { data };
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return false,
             _ = out.send((ch, data)) => {}
         }
     }
+    true
 }
 
 impl Job {
@@ -729,6 +691,14 @@ fn stdin_pair(o: &Opts) -> StdinPair {
     }
 }
 
+/// A WebSocket binary message on channel `ch` (the channel protocols' framing).
+fn channel_frame(ch: u8, data: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(data.len() + 1);
+    m.push(ch);
+    m.extend_from_slice(data);
+    ws::frame(ws::OP_BINARY, &m)
+}
+
 /// A remote-command session over WebSocket channels.
 async fn ws_session<R: AsyncRead + Unpin + Send + 'static>(
     rd: R,
@@ -737,12 +707,6 @@ async fn ws_session<R: AsyncRead + Unpin + Send + 'static>(
     o: Opts,
     job: Job,
 ) {
-    let binary = |ch: u8, data: &[u8]| {
-        let mut m = Vec::with_capacity(data.len() + 1);
-        m.push(ch);
-        m.extend_from_slice(data);
-        ws::frame(ws::OP_BINARY, &m)
-    };
     // An empty message on the lowest writable channel says the session is up (as the
     // kubelet does).
     let first = if o.stdout {
@@ -752,7 +716,7 @@ async fn ws_session<R: AsyncRead + Unpin + Send + 'static>(
     } else {
         ERROR
     };
-    let _ = wire.send(binary(first, &[])).await;
+    let _ = wire.send(channel_frame(first, &[])).await;
     let cancel = CancellationToken::new();
     let (stdin_tx, stdin_rx) = stdin_pair(&o);
     let reader = {
@@ -793,14 +757,16 @@ async fn ws_session<R: AsyncRead + Unpin + Send + 'static>(
     let argv = job.argv();
     let forward = async {
         while let Some((ch, data)) = out_rx.recv().await {
-            if wire.send(binary(ch, &data)).await.is_err() {
+            if wire.send(channel_frame(ch, &data)).await.is_err() {
                 cancel.cancel();
             }
         }
     };
     let (result, _) = tokio::join!(run(job, &o, stdin_rx, out_tx, cancel.clone()), forward);
     if !cancel.is_cancelled() {
-        let _ = wire.send(binary(ERROR, &status(&result, &argv))).await;
+        let _ = wire
+            .send(channel_frame(ERROR, &status(&result, &argv)))
+            .await;
         let _ = wire.send(ws::close_frame(1000)).await;
     }
     cancel.cancel();
@@ -1062,16 +1028,10 @@ async fn ws_forward_session<R: AsyncRead + Unpin>(
     pod: &Value,
     ports: &[u16],
 ) {
-    let binary = |ch: u8, data: &[u8]| {
-        let mut m = Vec::with_capacity(data.len() + 1);
-        m.push(ch);
-        m.extend_from_slice(data);
-        ws::frame(ws::OP_BINARY, &m)
-    };
     let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
     for (i, port) in ports.iter().enumerate() {
         for ch in [2 * i as u8, 2 * i as u8 + 1] {
-            let _ = wire.send(binary(ch, &port.to_le_bytes())).await;
+            let _ = wire.send(channel_frame(ch, &port.to_le_bytes())).await;
         }
     }
     // Ports nothing listens on fail at once, on their error channel.
@@ -1081,7 +1041,9 @@ async fn ws_forward_session<R: AsyncRead + Unpin>(
             let msg = format!(
                 "error forwarding port {port} to pod {uid}, uid : failed to connect to localhost:{port} inside namespace \"{uid}\", IPv4: dial tcp4 127.0.0.1:{port}: connect: connection refused "
             );
-            let _ = wire.send(binary(2 * i as u8 + 1, msg.as_bytes())).await;
+            let _ = wire
+                .send(channel_frame(2 * i as u8 + 1, msg.as_bytes()))
+                .await;
             open -= 1;
         }
     }
@@ -1124,7 +1086,7 @@ async fn ws_forward_session<R: AsyncRead + Unpin>(
             .to_string();
         let answer = portforward::answer(pod, ports[i], &head[..end], &now);
         for chunk in answer.chunks(32 * 1024) {
-            let _ = wire.send(binary(ch, chunk)).await;
+            let _ = wire.send(channel_frame(ch, chunk)).await;
         }
         answered[i] = true;
         open -= 1;
