@@ -14,6 +14,7 @@ pub mod cron;
 pub mod decode;
 pub mod fields;
 pub mod fuzz;
+pub mod intern;
 pub mod kubeconfig;
 pub mod managed;
 pub mod meta;

@@ -2,7 +2,7 @@
 //! routing need. Adding a resource is a row here plus a strategy in the apiserver.
 
 /// One served resource.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct ResourceDef {
     /// API group; empty for the core group.
     pub group: &'static str,
@@ -129,6 +129,7 @@ pub const RESOURCES: &[ResourceDef] = &[
     res!("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", "validatingadmissionpolicy", false, &[], &["status"], &["api-extensions"], "validatingadmissionpolicies", true),
     res!("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", false, &[], &[], &["api-extensions"], "validatingadmissionpolicybindings", true),
     res!("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", false, &[], &["status"], &["api-extensions"], "apiregistration.k8s.io/apiservices", true),
+    res!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", false, &["crd", "crds"], &["status"], &["api-extensions"], "apiextensions.k8s.io/customresourcedefinitions", true),
     res!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, &[], &[], &[], "roles", true),
     res!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, &[], &[], &[], "rolebindings", true),
     res!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false, &[], &[], &[], "clusterroles", true),

@@ -234,7 +234,11 @@ impl ApiError {
         Self::new(
             422,
             "Invalid",
-            format!("{kind} \"{name}\" is invalid: {joined}"),
+            // Upstream's qualified kind: `Deployment.apps`, `Pod`.
+            match group {
+                "" => format!("{kind} \"{name}\" is invalid: {joined}"),
+                g => format!("{kind}.{g} \"{name}\" is invalid: {joined}"),
+            },
             Some(details),
         )
     }
@@ -265,6 +269,11 @@ impl ApiError {
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml; got {content_type}"), None)
+    }
+
+    /// 415 for a strategic merge patch of a custom resource (it has no patch strategies).
+    pub fn strategic_merge_unsupported() -> Self {
+        Self::new(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(), None)
     }
 
     pub fn request_entity_too_large(message: impl Into<String>) -> Self {

@@ -30,6 +30,8 @@ pub struct Chain {
     pub audit: Option<Auditor>,
     /// Open watches per user.
     pub watches: Watches,
+    /// What is served, custom resources included: paths are resolved against it.
+    pub registries: Arc<crate::registry::Registries>,
 }
 
 /// A request's seat: under the legacy limits or APF (with its classification headers).
@@ -145,7 +147,8 @@ async fn run_guarded(next: Next, req: Request) -> Result<Response, String> {
 
 pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -> Response {
     // Parsed once: every stage below reads this, and the handler gets it as an extension.
-    let info = match RequestInfo::parse(req.method(), req.uri()) {
+    let custom = |g: &str, v: &str, p: &str| chain.registries.custom_def(g, v, p);
+    let info = match RequestInfo::parse_with(req.method(), req.uri(), &custom) {
         Ok(i) => Arc::new(i),
         Err(e) => return error_response(&e),
     };
@@ -462,6 +465,7 @@ mod tests {
             apf: None,
             audit,
             watches: Watches::new(0),
+            registries: Default::default(),
         });
         let app = axum::Router::new()
             .route(path, route)

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod cache;
 pub mod chain;
 pub mod compactor;
+pub mod crd;
 pub mod encryption;
 pub mod flowcontrol;
 pub mod http;
@@ -223,6 +224,7 @@ pub async fn run(
         let cache = def.watch_cached.then(|| {
             let c = Cacher::new(
                 def,
+                kinds::StrategyRef::Builtin(kinds::of(def)),
                 &config.etcd_prefix,
                 storage.clone(),
                 config.cache.clone(),
@@ -234,6 +236,7 @@ pub async fn run(
         });
         let reg = Registry::new(
             def,
+            kinds::StrategyRef::Builtin(kinds::of(def)),
             storage.clone(),
             cache,
             &config.etcd_prefix,
@@ -287,6 +290,7 @@ pub async fn run(
         },
         audit: audit::Auditor::new(&config.audit)?,
         watches: inflight::Watches::new(config.max_watches_per_user),
+        registries: registries.clone(),
     });
     if config.auth.modes.contains(&auth::Mode::Rbac) {
         bootstrap(
@@ -329,7 +333,18 @@ pub async fn run(
         .await?;
     }
 
-    tokio::spawn(bookmarks(caches.clone(), shutdown.clone()));
+    tokio::spawn(bookmarks(registries.clone(), shutdown.clone()));
+    tokio::spawn(
+        Arc::new(crd::Controller {
+            registries: registries.clone(),
+            storage: storage.clone(),
+            etcd_prefix: config.etcd_prefix.clone(),
+            cache: config.cache.clone(),
+            duplex,
+            event_ttl: config.event_ttl,
+        })
+        .run(shutdown.clone()),
+    );
     if !config.compaction_interval.is_zero() {
         tokio::spawn(compactor::run(
             client.clone(),
@@ -470,7 +485,7 @@ async fn start_services(
     let first = config.services.cluster_ip_ranges[0]
         .nth(1)
         .context("the service cluster IP range has no first address")?;
-    services::kubernetes::ensure_service(svc, &first.to_string(), local.port()).await?;
+    services::kubernetes::ensure_service(&svc, &first.to_string(), local.port()).await?;
     let reconciler = services::kubernetes::Reconciler::new(
         registries,
         storage.clone(),
@@ -507,6 +522,7 @@ const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
 fn list_width(registries: &registry::Registries) -> flowcontrol::Width {
     let caches: Vec<(&'static str, &'static str, Arc<Cacher>)> = registries
         .values()
+        .into_iter()
         .filter_map(|r| r.cache.clone().map(|c| (r.def.group, r.def.plural, c)))
         .collect();
     Box::new(move |a| {
@@ -561,14 +577,14 @@ async fn bootstrap<const N: usize>(
 
 /// Sends due bookmarks about every second; with storage that answers progress requests, asks
 /// for progress first so idle resources' versions keep up with the cluster.
-async fn bookmarks(caches: Vec<Arc<Cacher>>, shutdown: ShutdownToken) {
+async fn bookmarks(registries: Arc<registry::Registries>, shutdown: ShutdownToken) {
     loop {
         let jitter = Duration::from_millis(1000 + rand::random::<u64>() % 250);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(jitter) => {}
         }
-        for c in &caches {
+        for c in &registries.caches() {
             if c.bookmark_tick() && c.duplex {
                 c.request_progress().await;
             }

@@ -24,6 +24,9 @@ use crate::worker::Reconciled;
 /// How often the served resources are discovered again.
 const REDISCOVERY: Duration = Duration::from_secs(30);
 
+/// When a dependent whose owner is of an unknown kind is looked at again.
+const UNKNOWN_RETRY: Duration = Duration::from_secs(3);
+
 /// Resources upstream's collector ignores: events, in both groups.
 fn ignored(r: &ApiResource) -> bool {
     r.plural == "events" && (r.group.is_empty() || r.group == "events.k8s.io")
@@ -94,6 +97,8 @@ pub struct GarbageCollector {
     queue: Arc<WorkQueue<String>>,
     /// By group-kind.
     kinds: RwLock<HashMap<String, Entry>>,
+    /// Discover again now (an owner of an unknown kind turned up).
+    rediscover: tokio::sync::Notify,
 }
 
 /// `GroupKind|namespace|name`.
@@ -111,6 +116,9 @@ fn has_finalizer(m: &ObjectMeta, f: &str) -> bool {
 
 enum OwnerState {
     Solid,
+    /// Of a kind not discovered (yet): a custom resource created a moment ago. Decided
+    /// again after discovery.
+    Unknown,
     Dangling,
     /// Being deleted in the foreground, waiting for its dependents.
     Waiting,
@@ -123,6 +131,7 @@ impl GarbageCollector {
             ctx: ctx.clone(),
             queue: WorkQueue::new("garbagecollector"),
             kinds: RwLock::default(),
+            rediscover: tokio::sync::Notify::new(),
         });
         // The controllers' informers that see every object of their resource.
         gc.add_typed(&ctx.deployments);
@@ -194,6 +203,10 @@ impl GarbageCollector {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(REDISCOVERY) => {}
+                _ = self.rediscover.notified() => {
+                    // At most one early discovery a second.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
         }
     }
@@ -378,17 +391,22 @@ impl GarbageCollector {
             return Ok(None);
         }
         let mut solid = 0;
+        let mut unknown = 0;
         let mut waiting = 0;
         let mut drop_refs = Vec::new();
         for r in &refs {
             match self.owner_state(r, ns).await? {
                 OwnerState::Solid => solid += 1,
+                OwnerState::Unknown => unknown += 1,
                 OwnerState::Waiting => {
                     waiting += 1;
                     drop_refs.push(r.uid.clone());
                 }
                 OwnerState::Dangling => drop_refs.push(r.uid.clone()),
             }
+        }
+        if solid == 0 && unknown > 0 {
+            return Ok(Some(UNKNOWN_RETRY));
         }
         let Some(p) = self.object_path(kind, &m) else {
             return Ok(None);
@@ -425,7 +443,9 @@ impl GarbageCollector {
     async fn owner_state(&self, r: &OwnerReference, ns: &str) -> Result<OwnerState, Error> {
         let gk = Self::owner_gk(r);
         let Some(resource) = self.resource_of(&gk, &r.api_version) else {
-            return Ok(OwnerState::Solid); // a kind we do not know: never delete for it
+            // A kind not known yet: never delete for it; find out and look again.
+            self.rediscover.notify_one();
+            return Ok(OwnerState::Unknown);
         };
         if ns.is_empty() && resource.namespaced {
             // A cluster-scoped dependent cannot have a namespaced owner: the reference is

@@ -134,8 +134,7 @@ impl Admission {
     fn cluster_objects(&self, group: &'static str, plural: &'static str) -> Vec<Value> {
         self.registries
             .get(&(group, plural))
-            .and_then(|r| r.cache.as_ref())
-            .map(|c| c.values())
+            .and_then(|r| r.cache.as_ref().map(|c| c.values()))
             .unwrap_or_default()
     }
 
@@ -395,7 +394,12 @@ impl Admission {
         for n in names {
             total.insert(n.clone(), 0);
         }
-        for reg in self.registries.values().filter(|r| r.def.namespaced) {
+        for reg in self
+            .registries
+            .values()
+            .into_iter()
+            .filter(|r| r.def.namespaced)
+        {
             let Some(cache) = &reg.cache else { continue };
             if !quota::tracks(reg.def, names) {
                 continue;

@@ -104,11 +104,11 @@ impl Auth {
         Ok(Auth {
             tokens,
             issuer,
-            service_accounts: registries.get(&("", "serviceaccounts")).cloned(),
+            service_accounts: registries.get(&("", "serviceaccounts")),
             anonymous: cfg.anonymous,
             modes: cfg.modes.clone(),
             rbac,
-            pods: registries.get(&("", "pods")).cloned(),
+            pods: registries.get(&("", "pods")),
         })
     }
 

@@ -76,7 +76,7 @@ async fn list_all(c: &Cacher) -> Result<(BTreeMap<String, Arc<CachedObject>>, u6
         rev = page.rev;
         for s in &items {
             let key = String::from_utf8_lossy(&s.key).into_owned();
-            match CachedObject::decode(c.def, key.clone(), &s.value, s.mod_revision as u64) {
+            match CachedObject::decode(&*c.strategy, key.clone(), &s.value, s.mod_revision as u64) {
                 Ok(o) => {
                     objects.insert(key, Arc::new(o));
                 }
@@ -247,7 +247,7 @@ fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
             .decrypt(&p.key, p.value)
             .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecryptable previous object"))
             .ok()?;
-        CachedObject::decode(c.def, key.clone(), &value, p.mod_revision as u64)
+        CachedObject::decode(&*c.strategy, key.clone(), &value, p.mod_revision as u64)
             .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object"))
             .ok()
             .map(Arc::new)
@@ -258,7 +258,7 @@ fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
             Some(CachedEvent::new(
                 Ev::Deleted,
                 rv,
-                Arc::new(last.with_rv(c.def, rv)),
+                Arc::new(last.with_rv(rv)),
                 None,
             ))
         }
@@ -270,7 +270,7 @@ fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
                     return None;
                 }
             };
-            let obj = match CachedObject::decode(c.def, key, &value, rv) {
+            let obj = match CachedObject::decode(&*c.strategy, key, &value, rv) {
                 Ok(o) => Arc::new(o),
                 Err(err) => {
                     tracing::warn!(resource = c.def.plural, error = %err, "skipping undecodable object");

@@ -80,6 +80,8 @@ struct State {
 
 pub struct Cacher {
     pub def: &'static ResourceDef,
+    /// The kind's strategy: how stored objects are served and which fields they select by.
+    pub strategy: crate::kinds::StrategyRef,
     /// `<etcd-prefix>/<resource>/`
     pub prefix: String,
     pub storage: Arc<Storage>,
@@ -134,6 +136,7 @@ pub struct WatchStream {
 impl Cacher {
     pub fn new(
         def: &'static ResourceDef,
+        strategy: crate::kinds::StrategyRef,
         etcd_prefix: &str,
         storage: Arc<Storage>,
         cfg: CacheConfig,
@@ -152,8 +155,22 @@ impl Cacher {
             progress: Mutex::new(None),
             duplex,
             next_id: AtomicU64::new(1),
-            node_indexed: crate::kinds::of(def).node_indexed(),
+            node_indexed: strategy.node_indexed(),
+            strategy,
         })
+    }
+
+    /// Moves with the cache's resourceVersion.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.rv_tx.subscribe()
+    }
+
+    /// Ends every watch (the resource is no longer served): clients re-watch and find out.
+    pub fn close(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.watchers.clear();
+        st.by_node.clear();
+        st.unindexed.clear();
     }
 
     pub fn is_ready(&self) -> bool {
@@ -351,7 +368,7 @@ impl Cacher {
                     }
                     let from = st.history.partition_point(|e| e.rv <= n);
                     for ev in st.history.iter().skip(from) {
-                        if let Some(line) = ev.line_for(self.def, &spec.filter) {
+                        if let Some(line) = ev.line_for(&spec.filter) {
                             initial.push(line);
                         }
                     }
@@ -634,7 +651,7 @@ impl Cacher {
             if ev.rv <= w.min_rv {
                 continue;
             }
-            let Some(line) = ev.line_for(self.def, &w.filter) else {
+            let Some(line) = ev.line_for(&w.filter) else {
                 continue;
             };
             match w.tx.try_send(line) {

@@ -5,6 +5,8 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use rkube_api::{meta, FieldSelector, LabelSelector, ResourceDef};
+
+use crate::kinds::Strategy;
 use serde_json::Value;
 
 /// One object as the cache keeps it. The JSON is the wire form (RV included), so GET, LIST
@@ -25,23 +27,27 @@ pub struct CachedObject {
 
 impl CachedObject {
     /// Decodes a stored value and stamps `rv` as its resourceVersion.
-    pub fn decode(def: &ResourceDef, key: String, value: &[u8], rv: u64) -> Result<Self, String> {
+    pub fn decode(
+        strategy: &dyn Strategy,
+        key: String,
+        value: &[u8],
+        rv: u64,
+    ) -> Result<Self, String> {
         let mut obj: Value =
             serde_json::from_slice(value).map_err(|e| format!("decoding {key}: {e}"))?;
         if !obj.is_object() {
             return Err(format!("decoding {key}: not a JSON object"));
         }
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
-        crate::kinds::of(def).storage_to_served(&mut obj);
-        Ok(Self::from_value(def, key, &obj, rv))
+        strategy.storage_to_served(&mut obj);
+        Ok(Self::from_value(strategy, key, &obj, rv))
     }
 
-    pub fn from_value(def: &ResourceDef, key: String, obj: &Value, rv: u64) -> Self {
+    pub fn from_value(strategy: &dyn Strategy, key: String, obj: &Value, rv: u64) -> Self {
         let labels: Vec<(Box<str>, Box<str>)> = meta::labels(obj)
             .into_iter()
             .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
             .collect();
-        let strategy = crate::kinds::of(def);
         let selectable = strategy.selectable_fields();
         let fields: Vec<String> = rkube_api::fields::COMMON_FIELDS
             .iter()
@@ -61,10 +67,17 @@ impl CachedObject {
 
     /// The same object re-stamped with another resourceVersion (a DELETED event carries the
     /// revision of the delete).
-    pub fn with_rv(&self, def: &ResourceDef, rv: u64) -> Self {
+    pub fn with_rv(&self, rv: u64) -> Self {
         let mut obj: Value = serde_json::from_slice(&self.json).unwrap_or(Value::Null);
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
-        Self::from_value(def, self.key.clone(), &obj, rv)
+        CachedObject {
+            key: self.key.clone(),
+            rv,
+            json: Bytes::copy_from_slice(&serde_json::to_vec(&obj).unwrap_or_default()),
+            selectable: self.selectable,
+            labels: self.labels.clone(),
+            fields: self.fields.clone(),
+        }
     }
 
     /// A selectable field's value ("" when absent or not selectable).
@@ -190,7 +203,7 @@ impl CachedEvent {
 
     /// The line a watcher with `filter` receives for this event, if any, with selector
     /// transitions turned into ADDED / DELETED.
-    pub fn line_for(&self, def: &ResourceDef, filter: &Filter) -> Option<Bytes> {
+    pub fn line_for(&self, filter: &Filter) -> Option<Bytes> {
         match self.kind {
             EventType::Added => filter
                 .matches(&self.obj)
@@ -208,7 +221,7 @@ impl CachedEvent {
                         self.prev_at_rv
                             .get_or_init(|| {
                                 let p = self.prev.as_ref().expect("old matched");
-                                event_line("DELETED", &p.with_rv(def, self.rv).json)
+                                event_line("DELETED", &p.with_rv(self.rv).json)
                             })
                             .clone(),
                     ),

@@ -46,7 +46,6 @@ pub async fn binding(
     let pods = state
         .registries
         .get(&("", "pods"))
-        .cloned()
         .ok_or_else(crate::request::not_found_path)?;
     let mut pod_info = info.clone();
     if let Some(res) = pod_info.resource.as_mut() {
@@ -94,10 +93,7 @@ pub async fn component_statuses(
 
 async fn statuses(state: &ApiState) -> Vec<Value> {
     let mut out = Vec::new();
-    let leases = state
-        .registries
-        .get(&("coordination.k8s.io", "leases"))
-        .cloned();
+    let leases = state.registries.get(&("coordination.k8s.io", "leases"));
     for (name, lease) in [
         ("controller-manager", "kube-controller-manager"),
         ("scheduler", "kube-scheduler"),

@@ -1,9 +1,72 @@
-//! API discovery, generated from the resource table so clients such as kubectl can map kinds
-//! and short names to paths: legacy (`/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`) and
-//! aggregated (`/api` and `/apis` as an `APIGroupDiscoveryList`, one round trip).
+//! API discovery, generated from the resource table and the custom resources served now, so
+//! clients such as kubectl can map kinds and short names to paths: legacy (`/api`, `/apis`,
+//! `/api/v1`, `/apis/<group>/<version>`) and aggregated (`/api` and `/apis` as an
+//! `APIGroupDiscoveryList`, one round trip, with an ETag that changes with its content).
+
+use std::cmp::Ordering;
 
 use rkube_api::{resources, ResourceDef};
 use serde_json::{json, Value};
+
+/// Custom resources served now (each served version), beside the built-in table.
+pub type Custom<'a> = &'a [&'static ResourceDef];
+
+fn all<'a>(custom: Custom<'a>) -> impl Iterator<Item = &'static ResourceDef> + 'a {
+    resources::discoverable().chain(custom.iter().copied())
+}
+
+/// Upstream's version priority (`v1` > `v1beta2` > `v1beta1` > `v1alpha1` > anything else):
+/// GA before beta before alpha, higher numbers first, others last by name.
+pub fn version_order(a: &str, b: &str) -> Ordering {
+    fn parse(v: &str) -> Option<(u8, u64, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let major: u64 = rest.get(..digits)?.parse().ok()?;
+        match &rest[digits..] {
+            "" => Some((3, major, 0)),
+            t => {
+                let (level, n) = if let Some(n) = t.strip_prefix("beta") {
+                    (2, n)
+                } else {
+                    (1, t.strip_prefix("alpha")?)
+                };
+                Some((level, major, n.parse().ok()?))
+            }
+        }
+    }
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+/// Every group and its versions, preferred first; core first, then the built-in groups,
+/// then custom groups by name.
+pub fn groups(custom: Custom) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out = resources::discoverable_groups();
+    let mut extra: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for r in custom {
+        if let Some((_, vs)) = out.iter_mut().find(|(g, _)| *g == r.group) {
+            if !vs.contains(&r.version) {
+                vs.push(r.version);
+            }
+            continue;
+        }
+        match extra.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, vs)) if vs.contains(&r.version) => {}
+            Some((_, vs)) => vs.push(r.version),
+            None => extra.push((r.group, vec![r.version])),
+        }
+    }
+    for (_, vs) in &mut extra {
+        vs.sort_by(|a, b| version_order(a, b));
+    }
+    extra.sort_by_key(|(g, _)| *g);
+    out.extend(extra);
+    out
+}
 
 fn resource_entry(r: &ResourceDef) -> Value {
     let mut e = json!({
@@ -62,8 +125,8 @@ fn subresource_entry(r: &ResourceDef, sub: &str) -> Value {
 }
 
 /// `/api/v1` or `/apis/<group>/<version>`: the APIResourceList.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let defs: Vec<&ResourceDef> = resources::discoverable()
+pub fn resource_list(group: &str, version: &str, custom: Custom) -> Option<Value> {
+    let defs: Vec<&ResourceDef> = all(custom)
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if defs.is_empty() {
@@ -92,8 +155,8 @@ pub fn core_versions() -> Value {
 }
 
 /// `/apis`: every named group.
-pub fn group_list() -> Value {
-    let groups: Vec<Value> = resources::discoverable_groups()
+pub fn group_list(custom: Custom) -> Value {
+    let groups: Vec<Value> = groups(custom)
         .into_iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_entry(g, &vs))
@@ -111,10 +174,8 @@ fn group_entry(name: &str, versions: &[&str]) -> Value {
 }
 
 /// `/apis/<group>`: one group.
-pub fn group(name: &str) -> Option<Value> {
-    let (_, vs) = resources::discoverable_groups()
-        .into_iter()
-        .find(|(g, _)| *g == name)?;
+pub fn group(name: &str, custom: Custom) -> Option<Value> {
+    let (_, vs) = groups(custom).into_iter().find(|(g, _)| *g == name)?;
     let mut g = group_entry(name, &vs);
     g["kind"] = json!("APIGroup");
     g["apiVersion"] = json!("v1");
@@ -140,13 +201,16 @@ pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
 }
 
 /// `/api` (`core`) or `/apis` as an `APIGroupDiscoveryList`.
-pub fn aggregated(core: bool, version: &str) -> Value {
+pub fn aggregated(core: bool, version: &str, custom: Custom) -> Value {
     let mut items = Vec::new();
-    for (g, vs) in resources::discoverable_groups() {
+    for (g, vs) in groups(custom) {
         if g.is_empty() != core {
             continue;
         }
-        let versions: Vec<Value> = vs.iter().map(|v| aggregated_version(g, v)).collect();
+        let versions: Vec<Value> = vs
+            .iter()
+            .map(|v| aggregated_version(g, v, custom))
+            .collect();
         let mut meta = json!({"creationTimestamp": null});
         if !g.is_empty() {
             meta["name"] = json!(g);
@@ -157,9 +221,9 @@ pub fn aggregated(core: bool, version: &str) -> Value {
 }
 
 /// One group version of the aggregated document.
-fn aggregated_version(g: &str, v: &str) -> Value {
+fn aggregated_version(g: &str, v: &str, custom: Custom) -> Value {
     {
-        let resources: Vec<Value> = resources::discoverable()
+        let resources: Vec<Value> = all(custom)
             .filter(|r| r.group == g && r.version == v)
             .map(|r| {
                 let subs: Vec<Value> = r
@@ -200,7 +264,7 @@ mod tests {
 
     #[test]
     fn aggregated_discovery_has_every_group_with_kinds_and_subresources() {
-        let core = aggregated(true, "v2");
+        let core = aggregated(true, "v2", &[]);
         assert_eq!(core["apiVersion"], "apidiscovery.k8s.io/v2");
         let res = core["items"][0]["versions"][0]["resources"]
             .as_array()
@@ -213,7 +277,7 @@ mod tests {
             .unwrap()
             .iter()
             .any(|s| s["subresource"] == "log"));
-        let apis = aggregated(false, "v2beta1");
+        let apis = aggregated(false, "v2beta1", &[]);
         let apps = apis["items"]
             .as_array()
             .unwrap()
@@ -241,14 +305,54 @@ mod tests {
     }
 
     #[test]
+    fn custom_groups_follow_the_built_in_ones_with_their_preferred_version_first() {
+        let mk = |v: &str| {
+            rkube_api::intern::def(ResourceDef {
+                group: "example.com",
+                version: rkube_api::intern::str(v),
+                kind: "Widget",
+                list_kind: "WidgetList",
+                plural: "widgets",
+                singular: "widget",
+                namespaced: true,
+                short_names: &["wd"],
+                subresources: &["status"],
+                categories: &[],
+                storage_prefix: "example.com/widgets",
+                watch_cached: true,
+            })
+        };
+        let custom = [mk("v1beta1"), mk("v1"), mk("v2alpha1")];
+        let g = group("example.com", &custom).unwrap();
+        assert_eq!(g["preferredVersion"]["version"], "v1");
+        let versions: Vec<&str> = g["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version"].as_str().unwrap())
+            .collect();
+        assert_eq!(versions, ["v1", "v1beta1", "v2alpha1"]);
+        let l = resource_list("example.com", "v1beta1", &custom).unwrap();
+        assert!(l["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "widgets/status"));
+        let agg = aggregated(false, "v2", &custom);
+        let last = agg["items"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["metadata"]["name"], "example.com");
+        assert_eq!(version_order("v10", "v2"), Ordering::Less);
+    }
+
+    #[test]
     fn core_resource_list_has_pods_and_subresources() {
-        let l = resource_list("", "v1").unwrap();
+        let l = resource_list("", "v1", &[]).unwrap();
         let res = l["resources"].as_array().unwrap();
         let pods = res.iter().find(|r| r["name"] == "pods").unwrap();
         assert_eq!(pods["shortNames"], json!(["po"]));
         assert_eq!(pods["categories"], json!(["all"]));
         assert!(res.iter().any(|r| r["name"] == "pods/status"));
-        let apps = resource_list("apps", "v1").unwrap();
+        let apps = resource_list("apps", "v1", &[]).unwrap();
         let scale = apps["resources"]
             .as_array()
             .unwrap()
@@ -256,14 +360,14 @@ mod tests {
             .find(|r| r["name"] == "deployments/scale")
             .unwrap();
         assert_eq!(scale["group"], "autoscaling");
-        assert!(resource_list("nope", "v1").is_none());
-        assert!(group_list()["groups"]
+        assert!(resource_list("nope", "v1", &[]).is_none());
+        assert!(group_list(&[])["groups"]
             .as_array()
             .unwrap()
             .iter()
             .any(|g| g["name"] == "apps"));
         assert_eq!(
-            group("apps").unwrap()["preferredVersion"]["groupVersion"],
+            group("apps", &[]).unwrap()["preferredVersion"]["groupVersion"],
             "apps/v1"
         );
     }

@@ -227,7 +227,7 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         );
         return Some(resp);
     }
-    let Some(registry) = state.registries.served(def).cloned() else {
+    let Some(registry) = state.registries.served(def) else {
         return Some(error_response(&request::not_found_path()));
     };
     let resp = match scope(&state, &registry, &info, &user, &req) {
@@ -394,19 +394,28 @@ pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
                 _ => {}
             }
         }
+        let custom = state.registries.custom_defs();
         if path == "/api" || path == "/apis" {
             if let Some(v) = discovery::wants_aggregated(accept) {
-                let body = serde_json::to_vec(&discovery::aggregated(path == "/api", v))
+                let body = serde_json::to_vec(&discovery::aggregated(path == "/api", v, &custom))
                     .unwrap_or_default();
+                // The ETag changes with the content, so caching clients see new resources.
+                let etag = format!("\"{:016x}\"", fnv(&body));
+                if header(req.headers(), "if-none-match") == etag {
+                    return (StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response();
+                }
                 return (
                     StatusCode::OK,
-                    [("content-type", discovery::aggregated_content_type(v))],
+                    [
+                        ("content-type", discovery::aggregated_content_type(v)),
+                        ("etag", etag),
+                    ],
                     body,
                 )
                     .into_response();
             }
         }
-        if let Some(v) = discovery_doc(req.uri().path()) {
+        if let Some(v) = discovery_doc(&state, req.uri().path(), &custom) {
             return json_value(StatusCode::OK, &v);
         }
     }
@@ -416,8 +425,19 @@ pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
     }
 }
 
+/// FNV-1a over `bytes`: the discovery document's ETag.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// The discovery document at `path`, if it is a discovery path.
-fn discovery_doc(path: &str) -> Option<Value> {
+fn discovery_doc(
+    state: &ApiState,
+    path: &str,
+    custom: &[&'static rkube_api::ResourceDef],
+) -> Option<Value> {
     let segs: Vec<&str> = path
         .trim_matches('/')
         .split('/')
@@ -425,13 +445,14 @@ fn discovery_doc(path: &str) -> Option<Value> {
         .collect();
     match segs.as_slice() {
         ["api"] => Some(discovery::core_versions()),
-        ["api", v] => discovery::resource_list("", v),
-        ["apis"] => Some(discovery::group_list()),
-        ["apis", g] => discovery::group(g),
-        ["apis", g, v] => discovery::resource_list(g, v),
-        ["openapi", "v3"] => Some(openapi::index()),
+        ["api", v] => discovery::resource_list("", v, custom),
+        ["apis"] => Some(discovery::group_list(custom)),
+        ["apis", g] => discovery::group(g, custom),
+        ["apis", g, v] => discovery::resource_list(g, v, custom),
+        ["openapi", "v3"] => Some(openapi::index(custom)),
         ["openapi", "v3", "api", v] => openapi::group_version("", v),
-        ["openapi", "v3", "apis", g, v] => openapi::group_version(g, v),
+        ["openapi", "v3", "apis", g, v] => openapi::group_version(g, v)
+            .or_else(|| openapi::custom_group_version(&state.registries.custom_served(g, v))),
         _ => None,
     }
 }

@@ -20,10 +20,16 @@ fn gv_path(group: &str, version: &str) -> String {
     }
 }
 
-/// `/openapi/v3`: where each group-version's document lives.
-pub fn index() -> Value {
+/// `/openapi/v3`: where each group-version's document lives, custom ones included.
+pub fn index(custom: &[&'static ResourceDef]) -> Value {
     let mut paths = Map::new();
-    for (g, v) in resources::group_versions() {
+    let mut gvs = resources::group_versions();
+    for d in custom {
+        if !gvs.contains(&(d.group, d.version)) {
+            gvs.push((d.group, d.version));
+        }
+    }
+    for (g, v) in gvs {
         let p = gv_path(g, v);
         paths.insert(
             p.clone(),
@@ -50,6 +56,14 @@ fn op(def: &ResourceDef, action: &str, extra: &[&str]) -> Value {
 }
 
 fn schema_name(def: &ResourceDef) -> String {
+    if !rkube_api::resources::RESOURCES
+        .iter()
+        .any(|r| r.group == def.group)
+    {
+        // Upstream names a custom resource's schema by its reversed group.
+        let reversed: Vec<&str> = def.group.split('.').rev().collect();
+        return format!("{}.{}.{}", reversed.join("."), def.version, def.kind);
+    }
     let group = match def.group {
         "" => "core",
         g => g.split('.').next().unwrap_or(g),
@@ -103,6 +117,91 @@ fn build_group_version(group: &str, version: &str) -> Option<Value> {
     let mut gen = SchemaSettings::openapi3().into_generator();
     let mut kinds = Vec::new();
     for def in defs {
+        add_paths(&mut paths, &base, def);
+        crate::kinds::of(def).schema(&mut gen);
+        kinds.push(def);
+    }
+    for (name, schema) in gen.take_definitions() {
+        let mut schema = serde_json::to_value(schema).ok()?;
+        wrap_refs(&mut schema);
+        schemas.insert(name, schema);
+    }
+    for def in kinds {
+        if let Some(Value::Object(schema)) = schemas.get_mut(&schema_name(def)) {
+            // k8s-openapi's `metadata` is not an Option, so schemars calls it required;
+            // upstream's schemas do not.
+            if let Some(Value::Array(required)) = schema.get_mut("required") {
+                required.retain(|f| f != "metadata");
+                if required.is_empty() {
+                    schema.remove("required");
+                }
+            }
+            schema.insert(
+                "x-kubernetes-group-version-kind".into(),
+                json!([{"group": def.group, "version": def.version, "kind": def.kind}]),
+            );
+        }
+    }
+    Some(document(paths, schemas))
+}
+
+fn document(paths: Map<String, Value>, schemas: Map<String, Value>) -> Value {
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": crate::KUBE_VERSION.2},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// A custom group-version's document: each resource's paths and its CRD's schema, with the
+/// `apiVersion`, `kind` and `metadata` every object has (what `kubectl explain` walks).
+pub fn custom_group_version(regs: &[std::sync::Arc<crate::registry::Registry>]) -> Option<Value> {
+    let first = regs.first()?;
+    let base = format!("/{}", gv_path(first.def.group, first.def.version));
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    let mut gen = SchemaSettings::openapi3().into_generator();
+    gen.subschema_for::<rkube_api::k8s::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
+    gen.subschema_for::<rkube_api::k8s::apimachinery::pkg::apis::meta::v1::ListMeta>();
+    for (name, schema) in gen.take_definitions() {
+        let mut schema = serde_json::to_value(schema).ok()?;
+        wrap_refs(&mut schema);
+        schemas.insert(name, schema);
+    }
+    for reg in regs {
+        let def = reg.def;
+        add_paths(&mut paths, &base, def);
+        let mut schema = reg
+            .strategy
+            .openapi_schema()
+            .unwrap_or_else(|| json!({"type": "object"}));
+        let gvk = json!([{"group": def.group, "version": def.version, "kind": def.kind}]);
+        if let Some(m) = schema.as_object_mut() {
+            let props = m.entry("properties").or_insert_with(|| json!({}));
+            props["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
+            props["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
+            props["metadata"] = json!({"description": "Standard object's metadata.", "allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}]});
+            m.insert("x-kubernetes-group-version-kind".into(), gvk);
+        }
+        let name = schema_name(def);
+        schemas.insert(format!("{name}List"), json!({
+            "type": "object", "required": ["items"],
+            "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "items": {"type": "array", "items": {"$ref": format!("#/components/schemas/{name}")}},
+                "metadata": {"allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"}]},
+            },
+            "x-kubernetes-group-version-kind": [{"group": def.group, "version": def.version, "kind": def.list_kind}],
+        }));
+        schemas.insert(name, schema);
+    }
+    Some(document(paths, schemas))
+}
+
+/// A resource's collection and item paths with their operations.
+fn add_paths(paths: &mut Map<String, Value>, base: &str, def: &ResourceDef) {
+    {
         let (collection, item) = if def.namespaced {
             (
                 format!("{base}/namespaces/{{namespace}}/{}", def.plural),
@@ -131,36 +230,7 @@ fn build_group_version(group: &str, version: &str) -> Option<Value> {
                 "delete": op(def, "delete", &["gracePeriodSeconds", "propagationPolicy", "dryRun"]),
             }),
         );
-        crate::kinds::of(def).schema(&mut gen);
-        kinds.push(def);
     }
-    for (name, schema) in gen.take_definitions() {
-        let mut schema = serde_json::to_value(schema).ok()?;
-        wrap_refs(&mut schema);
-        schemas.insert(name, schema);
-    }
-    for def in kinds {
-        if let Some(Value::Object(schema)) = schemas.get_mut(&schema_name(def)) {
-            // k8s-openapi's `metadata` is not an Option, so schemars calls it required;
-            // upstream's schemas do not.
-            if let Some(Value::Array(required)) = schema.get_mut("required") {
-                required.retain(|f| f != "metadata");
-                if required.is_empty() {
-                    schema.remove("required");
-                }
-            }
-            schema.insert(
-                "x-kubernetes-group-version-kind".into(),
-                json!([{"group": def.group, "version": def.version, "kind": def.kind}]),
-            );
-        }
-    }
-    Some(json!({
-        "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": crate::KUBE_VERSION.2},
-        "paths": paths,
-        "components": {"schemas": schemas},
-    }))
 }
 
 /// `/openapi/v2`: an empty Swagger 2.0 document (as protobuf — a zero-length message — when
@@ -206,7 +276,7 @@ mod tests {
             .unwrap()
             .iter()
             .any(|p| p["name"] == "fieldValidation"));
-        assert!(index()["paths"]["api/v1"]["serverRelativeURL"]
+        assert!(index(&[])["paths"]["api/v1"]["serverRelativeURL"]
             .as_str()
             .unwrap()
             .ends_with("/openapi/v3/api/v1"));

@@ -15,7 +15,13 @@ pub fn patch_type(s: &Scope<'_>) -> Result<PatchType, ApiError> {
     let pt = match media_type(&s.content_type) {
         "application/merge-patch+json" => PatchType::Merge,
         "application/json-patch+json" => PatchType::Json,
-        "application/strategic-merge-patch+json" => PatchType::Strategic,
+        "application/strategic-merge-patch+json" if s.reg.strategy.strategic_merge() => {
+            PatchType::Strategic
+        }
+        "application/strategic-merge-patch+json" => {
+            // Custom resources have no patch strategies: upstream's 415.
+            return Err(ApiError::strategic_merge_unsupported());
+        }
         "application/apply-patch+yaml" => PatchType::Apply {
             force: s.query.flag("force"),
         },

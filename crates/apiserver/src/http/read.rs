@@ -19,7 +19,7 @@ pub async fn get(s: &Scope<'_>) -> Result<Response, ApiError> {
         Some(p) => {
             let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
             let t = table::table(
-                s.reg.strategy,
+                &*s.reg.strategy,
                 std::slice::from_ref(&v),
                 meta::resource_version(&v),
                 None,
@@ -42,7 +42,7 @@ pub async fn list(s: &Scope<'_>) -> Result<Response, ApiError> {
                 .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
                 .collect();
             let t = table::table(
-                s.reg.strategy,
+                &*s.reg.strategy,
                 &objs,
                 &res.rv.to_string(),
                 res.continue_token.as_deref(),

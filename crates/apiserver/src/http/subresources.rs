@@ -272,8 +272,22 @@ async fn admit_subresource(
     s.admission().validate(&attrs, body, None).await
 }
 
-/// The `autoscaling/v1` Scale of a workload.
-fn scale_of(obj: &Value) -> Value {
+/// The `autoscaling/v1` Scale of a workload, or of a custom resource at its CRD's paths.
+fn scale_of(strategy: &dyn crate::kinds::Strategy, obj: &Value) -> Value {
+    let (spec, status, selector) = match strategy.scale_paths() {
+        Some(p) => (
+            obj.pointer(&p.spec).cloned().unwrap_or(json!(0)),
+            obj.pointer(&p.status).cloned().unwrap_or(json!(0)),
+            p.selector
+                .and_then(|at| obj.pointer(&at).and_then(Value::as_str).map(String::from))
+                .unwrap_or_default(),
+        ),
+        None => (
+            obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0)),
+            obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            crate::kinds::print::selector_string(obj),
+        ),
+    };
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -284,18 +298,18 @@ fn scale_of(obj: &Value) -> Value {
             "resourceVersion": meta::resource_version(obj),
             "creationTimestamp": meta::meta_str(obj, "creationTimestamp"),
         },
-        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
-        "status": {
-            "replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
-            "selector": crate::kinds::print::selector_string(obj),
-        },
+        "spec": {"replicas": spec},
+        "status": {"replicas": status, "selector": selector},
     })
 }
 
 pub async fn get_scale(s: &Scope<'_>) -> Result<Response, ApiError> {
     let bytes = s.reg.get(s.ns, s.name(), None).await?;
     let obj: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Ok(json_value(StatusCode::OK, &scale_of(&obj)))
+    Ok(json_value(
+        StatusCode::OK,
+        &scale_of(&*s.reg.strategy, &obj),
+    ))
 }
 
 /// Writes the replicas of the Scale `make` builds from the current one.
@@ -311,7 +325,7 @@ async fn write_scale(
     let w = s.write(&admission, dry, s.update_manager.as_deref());
     let (obj, _) = reg
         .update_with(s.ns, name, Some("scale"), w, |cur| {
-            let scale = make(&scale_of(cur))?;
+            let scale = make(&scale_of(&*reg.strategy, cur))?;
             let replicas = match scale.pointer("/spec/replicas") {
                 None => 0,
                 Some(r) => r.as_i64().filter(|r| *r <= i64::from(i32::MAX)).ok_or_else(|| {
@@ -352,11 +366,18 @@ async fn write_scale(
                 ));
             }
             let mut new = cur.clone();
-            new["spec"]["replicas"] = json!(replicas);
+            let at = reg
+                .strategy
+                .scale_paths()
+                .map_or_else(|| "/spec/replicas".to_string(), |p| p.spec);
+            crate::kinds::set_at(&mut new, &at, json!(replicas));
             Ok(new)
         })
         .await?;
-    Ok(json_value(StatusCode::OK, &scale_of(&obj)))
+    Ok(json_value(
+        StatusCode::OK,
+        &scale_of(&*s.reg.strategy, &obj),
+    ))
 }
 
 pub async fn update_scale(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {

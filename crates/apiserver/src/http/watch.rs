@@ -94,7 +94,7 @@ pub async fn serve(
         shutdown,
         _guard: guard,
     };
-    let strategy = reg.strategy;
+    let strategy = reg.strategy.clone();
     let body = futures_util::stream::unfold(s, |mut s| async move {
         if let Some(line) = s.initial.next() {
             return Some((Ok::<Bytes, std::io::Error>(line), s));
@@ -109,7 +109,7 @@ pub async fn serve(
         None => Ok(streaming(Body::from_stream(body))),
         Some(p) => {
             let printed =
-                body.map(move |line| line.map(|l| print_event(strategy, &l, p.include_object)));
+                body.map(move |line| line.map(|l| print_event(&*strategy, &l, p.include_object)));
             Ok(streaming(Body::from_stream(printed)))
         }
     }

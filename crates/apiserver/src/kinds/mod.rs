@@ -8,6 +8,7 @@
 //! Strategies are pure functions over JSON objects; the registry calls them and does the I/O.
 
 pub mod admissionregistration;
+pub mod apiextensions;
 pub mod apiregistration;
 pub mod apps;
 pub mod autoscaling;
@@ -16,6 +17,7 @@ pub mod batch;
 pub mod certificates;
 pub mod componentstatus;
 pub mod config;
+pub mod custom;
 pub mod endpoints;
 pub mod event;
 pub mod flowcontrol;
@@ -131,6 +133,11 @@ pub trait Strategy: Send + Sync {
         false
     }
 
+    /// Creation is refused, and why (a custom resource whose definition is being deleted).
+    fn create_refused(&self) -> Option<String> {
+        None
+    }
+
     /// What an object whose deletion is blocked shows (a namespace turns `Terminating`).
     fn begin_deletion(&self, _obj: &mut Value) {}
 
@@ -192,11 +199,36 @@ pub trait Strategy: Send + Sync {
         true
     }
 
+    /// Strategic merge patches apply (built-in kinds; custom resources refuse them).
+    fn strategic_merge(&self) -> bool {
+        true
+    }
+
+    /// A custom resource's OpenAPI schema (built-in kinds register theirs through `schema`).
+    fn openapi_schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Where a custom resource's `scale` subresource reads and writes; `None`: the built-in
+    /// workloads' `spec.replicas`, `status.replicas` and `spec.selector`.
+    fn scale_paths(&self) -> Option<ScalePaths> {
+        None
+    }
+
     /// Upstream's startup reconciliation of the apiserver's own bootstrap objects: the stored
     /// object brought up to `desired`, or None when nothing changes (or the kind has none).
     fn reconcile_bootstrap(&self, _current: &Value, _desired: &Value) -> Option<Value> {
         None
     }
+}
+
+/// JSON pointers of a custom resource's scale subresource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec: String,
+    pub status: String,
+    /// Where the serialized label selector is (`labelSelectorPath`), if anywhere.
+    pub selector: Option<String>,
 }
 
 /// The two methods every strategy spells the same way: its k8s-openapi type's round trip and
@@ -270,6 +302,7 @@ pub static KINDS: &[(&str, &str, &dyn Strategy)] = &[
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy", &admissionregistration::ValidatingAdmissionPolicy),
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding", &admissionregistration::ValidatingAdmissionPolicyBinding),
     ("apiregistration.k8s.io", "APIService", &apiregistration::ApiService),
+    ("apiextensions.k8s.io", "CustomResourceDefinition", &apiextensions::CustomResourceDefinition),
     ("rbac.authorization.k8s.io", "Role", &rbac::Role),
     ("rbac.authorization.k8s.io", "RoleBinding", &rbac::RoleBinding),
     ("rbac.authorization.k8s.io", "ClusterRole", &rbac::ClusterRole),
@@ -278,7 +311,26 @@ pub static KINDS: &[(&str, &str, &dyn Strategy)] = &[
     ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration", &flowcontrol::PriorityLevelConfiguration),
 ];
 
-/// The strategy of a served resource.
+/// A served resource's strategy: a built-in kind's, or a custom resource's built from its
+/// CustomResourceDefinition.
+#[derive(Clone)]
+pub enum StrategyRef {
+    Builtin(&'static dyn Strategy),
+    Custom(std::sync::Arc<dyn Strategy>),
+}
+
+impl std::ops::Deref for StrategyRef {
+    type Target = dyn Strategy;
+
+    fn deref(&self) -> &(dyn Strategy + 'static) {
+        match self {
+            StrategyRef::Builtin(s) => *s,
+            StrategyRef::Custom(s) => &**s,
+        }
+    }
+}
+
+/// The strategy of a built-in resource.
 ///
 /// # Panics
 /// When the resource table names a kind this table lacks (a unit test keeps them in step).

@@ -17,7 +17,6 @@ use rkube_etcd_api::EtcdError;
 use serde_json::Value;
 
 use crate::cache::Cacher;
-use crate::kinds::Strategy;
 use crate::storage::{storage_error, Storage};
 
 pub use admit::{Admit, Attributes, Operation, Unadmitted};
@@ -80,20 +79,29 @@ pub enum Deleted {
 }
 
 /// All registries: one per served group/version/resource. A resource served in several
-/// versions of its group (autoscaling/v2 and v1 HorizontalPodAutoscalers) has one storage
-/// version — its first row in the resource table — and views of it in the others.
+/// versions of its group (autoscaling/v2 and v1 HorizontalPodAutoscalers, a custom resource's
+/// versions) has one storage version — its first row — and views of it in the others.
+/// Built-in resources are fixed at startup; custom resources come and go with their
+/// CustomResourceDefinitions (`crate::crd`), swapped in as one set.
 #[derive(Default)]
 pub struct Registries {
+    builtin: Set,
+    custom: std::sync::RwLock<Arc<Set>>,
+}
+
+/// One set of registries, by storage version and by served version.
+#[derive(Default, Clone)]
+pub struct Set {
     /// The storage version's registry, by (group, plural).
     stored: std::collections::HashMap<(&'static str, &'static str), Arc<Registry>>,
     /// Every registry, by (group, version, plural).
     served: std::collections::HashMap<(&'static str, &'static str, &'static str), Arc<Registry>>,
 }
 
-impl Registries {
-    pub fn insert(&mut self, reg: Registry) {
+impl Set {
+    /// Adds a registry; the first one of a (group, plural) is its storage version.
+    pub fn insert(&mut self, reg: Arc<Registry>) {
         let def = reg.def;
-        let reg = Arc::new(reg);
         self.stored
             .entry((def.group, def.plural))
             .or_insert_with(|| reg.clone());
@@ -101,24 +109,107 @@ impl Registries {
             .insert((def.group, def.version, def.plural), reg);
     }
 
-    /// The registry of a resource's storage version.
-    pub fn get(&self, key: &(&'static str, &'static str)) -> Option<&Arc<Registry>> {
-        self.stored.get(key)
-    }
-
-    /// The registry serving `def`'s group/version.
-    pub fn served(&self, def: &ResourceDef) -> Option<&Arc<Registry>> {
-        self.served.get(&(def.group, def.version, def.plural))
-    }
-
-    /// Every resource's storage-version registry (each object once).
-    pub fn values(&self) -> impl Iterator<Item = &Arc<Registry>> {
-        self.stored.values()
-    }
-
     /// Every registry, views included.
     pub fn all(&self) -> impl Iterator<Item = &Arc<Registry>> {
         self.served.values()
+    }
+}
+
+impl Registries {
+    /// A built-in resource's registry (at startup).
+    pub fn insert(&mut self, reg: Registry) {
+        self.builtin.insert(Arc::new(reg));
+    }
+
+    /// Replaces every custom resource's registries at once.
+    pub fn set_custom(&self, set: Set) {
+        *self.custom.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
+    }
+
+    /// The custom resources served now.
+    pub fn custom(&self) -> Arc<Set> {
+        self.custom
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The registry of a resource's storage version.
+    pub fn get(&self, key: &(&str, &str)) -> Option<Arc<Registry>> {
+        match self.builtin.stored.get(key) {
+            Some(r) => Some(r.clone()),
+            None => self.custom().stored.get(key).cloned(),
+        }
+    }
+
+    /// The registry serving `def`'s group/version.
+    pub fn served(&self, def: &ResourceDef) -> Option<Arc<Registry>> {
+        let key = (def.group, def.version, def.plural);
+        match self.builtin.served.get(&key) {
+            Some(r) => Some(r.clone()),
+            None => self.custom().served.get(&key).cloned(),
+        }
+    }
+
+    /// The custom resource served at `group`/`version`/`plural`, if any.
+    pub fn custom_def(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<&'static ResourceDef> {
+        self.custom()
+            .served
+            .get(&(group, version, plural))
+            .map(|r| r.def)
+    }
+
+    /// Every custom resource version served, in a stable order.
+    pub fn custom_defs(&self) -> Vec<&'static ResourceDef> {
+        let mut defs: Vec<&'static ResourceDef> =
+            self.custom().served.values().map(|r| r.def).collect();
+        defs.sort_by_key(|d| (d.group, d.version, d.plural));
+        defs
+    }
+
+    /// The custom resources served at `group`/`version`, by plural.
+    pub fn custom_served(&self, group: &str, version: &str) -> Vec<Arc<Registry>> {
+        let mut regs: Vec<Arc<Registry>> = self
+            .custom()
+            .served
+            .values()
+            .filter(|r| r.def.group == group && r.def.version == version)
+            .cloned()
+            .collect();
+        regs.sort_by_key(|r| r.def.plural);
+        regs
+    }
+
+    /// Every resource's storage-version registry (each object once), custom ones included.
+    pub fn values(&self) -> Vec<Arc<Registry>> {
+        let custom = self.custom();
+        self.builtin
+            .stored
+            .values()
+            .chain(custom.stored.values())
+            .cloned()
+            .collect()
+    }
+
+    /// Every watch cache, custom resources' and views' included.
+    pub fn caches(&self) -> Vec<Arc<Cacher>> {
+        let custom = self.custom();
+        self.builtin
+            .served
+            .values()
+            .chain(custom.served.values())
+            .filter_map(|r| r.cache.clone())
+            .collect()
+    }
+
+    /// Every built-in registry, views included.
+    pub fn builtin(&self) -> impl Iterator<Item = &Arc<Registry>> {
+        self.builtin.served.values()
     }
 }
 
@@ -136,7 +227,7 @@ pub fn cache_of(
 
 pub struct Registry {
     pub def: &'static ResourceDef,
-    pub strategy: &'static dyn Strategy,
+    pub strategy: crate::kinds::StrategyRef,
     pub storage: Arc<Storage>,
     pub cache: Option<Arc<Cacher>>,
     pub etcd_prefix: String,
@@ -156,19 +247,19 @@ pub struct ListResult {
 impl Registry {
     pub fn new(
         def: &'static ResourceDef,
+        strategy: crate::kinds::StrategyRef,
         storage: Arc<Storage>,
         cache: Option<Arc<Cacher>>,
         etcd_prefix: &str,
         event_ttl: Duration,
     ) -> Self {
-        let strategy = crate::kinds::of(def);
         Registry {
             def,
+            ttl: strategy.expires().then_some(event_ttl),
             strategy,
             storage,
             cache,
             etcd_prefix: etcd_prefix.to_string(),
-            ttl: strategy.expires().then_some(event_ttl),
             hooks: std::sync::OnceLock::new(),
         }
     }
@@ -209,6 +300,6 @@ impl Registry {
     /// Undeclared fields of an object of this kind, as strict decoding reports them (at most
     /// `limit`).
     pub fn unknown_fields(&self, obj: &Value, limit: usize) -> Vec<String> {
-        crate::kinds::unknown_fields(self.strategy, obj, limit)
+        crate::kinds::unknown_fields(&*self.strategy, obj, limit)
     }
 }

@@ -223,9 +223,12 @@ impl Registry {
                     more_left = true;
                     break;
                 }
-                if let Ok(o) =
-                    CachedObject::decode(self.def, key.clone(), &s.value, s.mod_revision as u64)
-                {
+                if let Ok(o) = CachedObject::decode(
+                    &*self.strategy,
+                    key.clone(),
+                    &s.value,
+                    s.mod_revision as u64,
+                ) {
                     if filter.matches(&o) {
                         items.push(o.json.clone());
                     }

@@ -120,7 +120,7 @@ impl Registry {
     /// The strategy's part shared by create and update: defaults, the typed round trip,
     /// validation, and the bounds every stored object keeps.
     fn finish_object(&self, mut obj: Value, old: Option<&Value>) -> Result<Value, ApiError> {
-        let s = self.strategy;
+        let s = &*self.strategy;
         s.defaults(&mut obj);
         let obj = s.round_trip(obj).map_err(|e| {
             ApiError::bad_request(format!(
@@ -180,6 +180,11 @@ impl Registry {
     /// CREATE: mutating admission, PrepareForCreate and the strategy, validating admission,
     /// then `Txn(If mod_revision==0 Then Put)` (a `generateName` collision picks another name).
     pub async fn create(&self, ns: &str, mut obj: Value, w: Write<'_>) -> Result<Value, ApiError> {
+        if let Some(why) = self.strategy.create_refused() {
+            let mut e = ApiError::method_not_supported(&self.gr(), "create");
+            e.0.message = why;
+            return Err(e);
+        }
         self.check_kind(&mut obj)?;
         self.check_namespace(&mut obj, ns)?;
         if !meta::resource_version(&obj).is_empty() {
@@ -475,7 +480,7 @@ impl Registry {
         subresource: Option<&str>,
         manager: Option<&str>,
     ) -> Result<Decision, ApiError> {
-        let s = self.strategy;
+        let s = &*self.strategy;
         match subresource {
             Some("status") => s.prepare_for_status_update(&mut new, cur),
             None | Some("scale") => {
@@ -817,8 +822,8 @@ impl Registry {
                 meta::set_meta(&mut new, "deletionTimestamp", json!(meta::now_rfc3339()));
                 meta::set_meta(&mut new, "deletionGracePeriodSeconds", json!(0));
             }
-            self.strategy.begin_deletion(&mut new);
             meta::set_finalizers(&mut new, &finalizers);
+            self.strategy.begin_deletion(&mut new);
             return Ok((Decision::Write(new), false));
         }
         if !finalizers.is_empty() {

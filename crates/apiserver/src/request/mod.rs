@@ -11,6 +11,9 @@ use axum::http::{Method, Uri};
 use rkube_api::authz::Attributes;
 use rkube_api::{resources, ApiError, Query, ResourceDef};
 
+/// Finds a custom resource by group, version and plural.
+pub type Custom<'a> = dyn Fn(&str, &str, &str) -> Option<&'static ResourceDef> + 'a;
+
 /// What a request is, parsed once.
 #[derive(Clone, Debug)]
 pub struct RequestInfo {
@@ -72,9 +75,19 @@ impl RequestInfo {
     /// Parses a request line. Only the query can be refused here (a repeated key or an
     /// oversized query: 400); a path that is not served parses as what it says.
     pub fn parse(method: &Method, uri: &Uri) -> Result<RequestInfo, ApiError> {
+        Self::parse_with(method, uri, &|_, _, _| None)
+    }
+
+    /// Parses a request line, resolving resources the built-in tables lack with `custom`
+    /// (group, version, plural → the custom resource served there).
+    pub fn parse_with(
+        method: &Method,
+        uri: &Uri,
+        custom: &Custom,
+    ) -> Result<RequestInfo, ApiError> {
         let query = Query::parse(uri.query().unwrap_or(""))?;
         let path = uri.path().to_string();
-        let resource = parse_resource_path(&path);
+        let resource = parse_resource_path(&path, custom);
         let verb = match &resource {
             Some(r) => resource_verb(method, r, &query),
             None => non_resource_verb(method),
@@ -154,7 +167,7 @@ impl RequestInfo {
 }
 
 /// `/api/v1/...` and `/apis/<group>/<version>/...` with at least a resource segment.
-fn parse_resource_path(path: &str) -> Option<ResourceInfo> {
+fn parse_resource_path(path: &str, custom: &Custom) -> Option<ResourceInfo> {
     let mut segs = path.split('/').filter(|s| !s.is_empty());
     let (group, version) = match segs.next()? {
         "api" => ("", segs.next()?),
@@ -191,6 +204,7 @@ fn parse_resource_path(path: &str) -> Option<ResourceInfo> {
             &resource,
             namespace.is_some(),
             subresource.as_deref(),
+            custom,
         )
     };
     Some(ResourceInfo {
@@ -213,12 +227,15 @@ fn resolve(
     plural: &str,
     namespaced_path: bool,
     subresource: Option<&str>,
+    custom: &Custom,
 ) -> Option<&'static ResourceDef> {
-    let def = resources::find(group, version, plural).or_else(|| {
-        resources::REVIEWS
-            .iter()
-            .find(|r| r.group == group && r.version == version && r.plural == plural)
-    })?;
+    let def = resources::find(group, version, plural)
+        .or_else(|| {
+            resources::REVIEWS
+                .iter()
+                .find(|r| r.group == group && r.version == version && r.plural == plural)
+        })
+        .or_else(|| custom(group, version, plural))?;
     if namespaced_path && !def.namespaced {
         return None;
     }

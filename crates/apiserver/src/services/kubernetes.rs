@@ -101,7 +101,6 @@ impl Reconciler {
         let get = |g: &'static str, p: &'static str| {
             registries
                 .get(&(g, p))
-                .cloned()
                 .ok_or_else(|| anyhow::anyhow!("the {p} registry is missing"))
         };
         Ok(Reconciler {

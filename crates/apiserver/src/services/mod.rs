@@ -164,7 +164,6 @@ fn registry(
     plural: &'static str,
 ) -> anyhow::Result<Arc<Registry>> {
     r.get(&(group, plural))
-        .cloned()
         .ok_or_else(|| anyhow::anyhow!("the {plural} registry is missing"))
 }
 

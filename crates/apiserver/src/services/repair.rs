@@ -33,7 +33,6 @@ impl Repair {
         let get = |g: &'static str, p: &'static str| {
             registries
                 .get(&(g, p))
-                .cloned()
                 .ok_or_else(|| anyhow::anyhow!("the {p} registry is missing"))
         };
         Ok(Repair {

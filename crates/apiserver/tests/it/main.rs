@@ -4,6 +4,7 @@
 mod admission;
 mod api;
 mod auth;
+mod crds;
 mod harness;
 mod kinds;
 mod services;

@@ -11,10 +11,7 @@ use rkube_e2e::{workspace_root, Cluster, Opts};
 use crate::kubectl::{contains, kubectl_beside, Kubectl};
 
 /// Resources a 1.33 server lists that rkube does not serve yet, each with where it comes.
-const NOT_YET: &[(&str, &str)] = &[(
-    "customresourcedefinitions",
-    "the CRD issue (apiextensions.k8s.io)",
-)];
+const NOT_YET: &[(&str, &str)] = &[];
 
 /// `kubectl api-resources -o wide` rows by (name, apiVersion), cells cut at the header's
 /// column starts.

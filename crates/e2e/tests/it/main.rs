@@ -2,6 +2,7 @@
 
 mod builtin;
 mod compose;
+mod crds;
 mod flows;
 mod hostile;
 mod kubectl;
