@@ -385,6 +385,14 @@ fn validate_schema(s: &Value, at: &str, causes: &mut Vec<StatusCause>) {
         }
     }
     typed_everywhere(s, at, causes, 0);
+    let (_, errors) = super::custom::rules::Rules::compile(s);
+    for (field, why) in errors {
+        causes.push(StatusCause::invalid_raw(
+            &format!("{at}.{field}"),
+            "apiextensions.ValidationRule{...}",
+            &why,
+        ));
+    }
     if let Err(e) = schema::Patterns::compile(s) {
         causes.push(StatusCause::invalid_raw(
             at,

@@ -99,6 +99,9 @@ pub trait Strategy: Send + Sync {
     /// Validation of a new or updated object beyond its metadata.
     fn validate(&self, _obj: &Value, _causes: &mut Vec<StatusCause>) {}
 
+    /// Checks on creates only (after `validate`).
+    fn validate_create(&self, _obj: &Value, _causes: &mut Vec<StatusCause>) {}
+
     /// Checks on updates only (immutable fields).
     fn validate_update(&self, _new: &Value, _old: &Value, _causes: &mut Vec<StatusCause>) {}
 

@@ -131,8 +131,9 @@ impl Registry {
         let mut causes = Vec::new();
         crate::kinds::validate_meta(s.name_rule(), &obj, &mut causes);
         s.validate(&obj, &mut causes);
-        if let Some(old) = old {
-            s.validate_update(&obj, old, &mut causes);
+        match old {
+            Some(old) => s.validate_update(&obj, old, &mut causes),
+            None => s.validate_create(&obj, &mut causes),
         }
         if !causes.is_empty() {
             return Err(self.invalid(&obj, causes));

@@ -376,7 +376,63 @@ async fn crd_validation_and_naming(c: &Cluster) {
     assert_eq!(c.get("/apis/example.com/v1/renters").await.0, 404);
 }
 
+async fn crd_cel_rules(c: &Cluster) {
+    let mut crd = widget_crd();
+    crd["metadata"]["name"] = json!("ranges.example.com");
+    crd["spec"]["names"] = json!({"plural": "ranges", "kind": "Range"});
+    crd["spec"]["versions"] = json!([{"name": "v1", "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.min <= self.max", "messageExpression": "'min ' + string(self.min) + ' exceeds max ' + string(self.max)"},
+                {"rule": "self.owner == oldSelf.owner", "reason": "FieldValueForbidden", "message": "owner is immutable", "fieldPath": ".owner"},
+                {"rule": "!has(self.limit) || quantity(self.limit).isLessThan(quantity('10Gi'))", "message": "limit must be under 10Gi"}],
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}, "owner": {"type": "string"}, "limit": {"type": "string"}}}}}}}]);
+    establish(c, &crd).await;
+    let path = "/apis/example.com/v1/namespaces/default/ranges";
+    let r = |min: i64, max: i64, owner: &str| json!({"apiVersion": "example.com/v1", "kind": "Range", "metadata": {"name": "r1"}, "spec": {"min": min, "max": max, "owner": owner}});
+    let (code, e) = c.post(path, &r(5, 1, "a")).await;
+    assert_eq!(code, 422, "{e}");
+    assert_eq!(
+        e["message"],
+        "Range.example.com \"r1\" is invalid: spec: Invalid value: \"object\": min 5 exceeds max 1"
+    );
+    let (code, created) = c.post(path, &r(1, 5, "a")).await;
+    assert_eq!(code, 201, "{created}");
+    let mut upd = created.clone();
+    upd["spec"]["owner"] = json!("b");
+    upd["spec"]["limit"] = json!("20Gi");
+    let (code, e) = c.put(&format!("{path}/r1"), &upd).await;
+    assert_eq!(code, 422, "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.owner: Forbidden: owner is immutable"),
+        "{msg}"
+    );
+    assert!(msg.contains("limit must be under 10Gi"), "{msg}");
+    upd["spec"]["owner"] = json!("a");
+    upd["spec"]["limit"] = json!("1Gi");
+    assert_eq!(c.put(&format!("{path}/r1"), &upd).await.0, 200);
+
+    // A rule that does not compile is refused with the CRD.
+    let mut bad = crd.clone();
+    bad["metadata"]["name"] = json!("broken.example.com");
+    bad["spec"]["names"] = json!({"plural": "broken", "kind": "Broken"});
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["x-kubernetes-validations"] = json!([{"rule": "self.min <="}]);
+    let (code, e) = c
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &bad,
+        )
+        .await;
+    assert_eq!(code, 422, "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"), "{msg}");
+    assert!(msg.contains("compilation failed"), "{msg}");
+}
+
 cases! {
+    crd_cel_rules, crd_cel_rules_rkube, crd_cel_rules_etcd;
     crd_serves_custom_resources, crd_serves_custom_resources_rkube, crd_serves_custom_resources_etcd;
     crd_validation_and_naming, crd_validation_and_naming_rkube, crd_validation_and_naming_etcd;
 }

@@ -6,6 +6,7 @@
 //! selectable fields come from the CRD.
 
 pub mod jsonpath;
+pub mod rules;
 pub mod schema;
 
 use rkube_api::{intern, meta, ResourceDef, StatusCause};
@@ -28,6 +29,7 @@ pub struct CustomKind {
     storage_api_version: String,
     schema: Value,
     patterns: schema::Patterns,
+    rules: rules::Rules,
     status: bool,
     scale: Option<ScalePaths>,
     columns: Vec<PrinterColumn>,
@@ -135,6 +137,10 @@ impl CustomKind {
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
         let patterns = schema::Patterns::compile(&schema)?;
+        let (rules, errors) = rules::Rules::compile(&schema);
+        if let Some((at, why)) = errors.first() {
+            return Err(format!("{at}: {why}"));
+        }
         let scale = v.pointer("/subresources/scale").map(|s| {
             let ptr = |f: &str| -> Option<String> {
                 s.get(f)
@@ -193,6 +199,7 @@ impl CustomKind {
             storage_api_version: gv(storage),
             schema,
             patterns,
+            rules,
             status: v.pointer("/subresources/status").is_some(),
             scale,
             columns,
@@ -272,6 +279,20 @@ impl Strategy for CustomKind {
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
         schema::validate(&self.schema, &self.patterns, obj, causes);
+    }
+
+    /// CEL rules run once the object is structurally valid: on creates without `oldSelf`,
+    /// on updates with it (`validate_update`).
+    fn validate_create(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
+        if causes.is_empty() {
+            self.rules.validate(&self.schema, obj, None, causes);
+        }
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
+        if causes.is_empty() {
+            self.rules.validate(&self.schema, new, Some(old), causes);
+        }
     }
 
     fn tracks_generation(&self) -> bool {

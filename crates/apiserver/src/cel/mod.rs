@@ -1,0 +1,274 @@
+//! CEL as Kubernetes uses it (custom resources' `x-kubernetes-validations`, admission
+//! webhooks' `matchConditions`, ValidatingAdmissionPolicies), through the `cel` crate: one
+//! environment with the standard library and the strings, lists and math extensions, plus
+//! the Kubernetes libraries rules commonly call (`lib`): list `isSorted`/`sum`, regex
+//! `find`/`findAll`, `url`, `quantity`, `ip`/`cidr`.
+//!
+//! Cost is bounded as upstream bounds it, in our own terms: an expression is at most
+//! [`MAX_SOURCE`] bytes and nests comprehensions at most [`MAX_NESTING`] deep, and before a
+//! rule runs, (the values it sees) ^ (its nesting) must stay under [`COST_BUDGET`] — so no
+//! rule can run away whatever the object holds.
+
+pub mod lib;
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use cel::objects::{Key, Map};
+use cel::{Context, Env, Program, Value as Cel};
+use serde_json::Value;
+
+/// The longest expression accepted.
+pub const MAX_SOURCE: usize = 16 * 1024;
+/// The deepest nesting of comprehensions (`all`, `exists`, `map`, `filter`, …).
+pub const MAX_NESTING: usize = 3;
+/// Upstream's per-call cost limit.
+pub const COST_BUDGET: f64 = 1_000_000.0;
+
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Env::stdlib();
+        for ext in [
+            cel::extensions::strings as fn(&mut Env) -> Result<(), cel::DeclarationError>,
+            cel::extensions::lists,
+            cel::extensions::math,
+        ] {
+            if let Err(e) = env.add_extension(ext) {
+                tracing::warn!(error = %e, "CEL extension not loaded");
+            }
+        }
+        Arc::new(env)
+    })
+    .clone()
+}
+
+/// A compiled expression.
+pub struct Expr {
+    program: Program,
+    nesting: usize,
+    pub source: String,
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+/// How deeply comprehension macros nest in `source` (by their calls' parentheses).
+fn nesting(source: &str) -> usize {
+    const MACROS: [&str; 6] = [
+        ".all(",
+        ".exists(",
+        ".exists_one(",
+        ".map(",
+        ".filter(",
+        ".sortBy(",
+    ];
+    let b = source.as_bytes();
+    let mut depth_stack: Vec<bool> = Vec::new();
+    let (mut open, mut max) = (0usize, 0usize);
+    let mut i = 0;
+    let mut quote: Option<u8> = None;
+    while i < b.len() {
+        let c = b[i];
+        if let Some(q) = quote {
+            if c == b'\\' {
+                i += 2;
+                continue;
+            }
+            if c == q {
+                quote = None;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' | b'\'' => quote = Some(c),
+            b'(' => {
+                let is_macro = MACROS.iter().any(|m| source[..=i].ends_with(m));
+                depth_stack.push(is_macro);
+                if is_macro {
+                    open += 1;
+                    max = max.max(open);
+                }
+            }
+            b')' if depth_stack.pop() == Some(true) => open = open.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    max
+}
+
+/// Compiles `source`; the error is what upstream's `compilation failed: …` carries.
+pub fn compile(source: &str) -> Result<Expr, String> {
+    if source.len() > MAX_SOURCE {
+        return Err(format!("expression is longer than {MAX_SOURCE} bytes"));
+    }
+    let nesting = nesting(source);
+    if nesting > MAX_NESTING {
+        return Err(format!(
+            "estimated rule cost exceeds budget: comprehensions nest {nesting} deep (at most {MAX_NESTING})"
+        ));
+    }
+    let program = env()
+        .compile(source)
+        .map_err(|e| format!("ERROR: <input>: {}", e.to_string().trim()))?;
+    Ok(Expr {
+        program,
+        nesting,
+        source: source.to_string(),
+    })
+}
+
+/// Compiled expressions by source, shared by everything built from one object (a CRD's
+/// rules, a policy's validations).
+#[derive(Default)]
+pub struct Cache(HashMap<String, Result<Arc<Expr>, String>>);
+
+impl Cache {
+    pub fn get(&mut self, source: &str) -> Result<Arc<Expr>, String> {
+        self.0
+            .entry(source.to_string())
+            .or_insert_with(|| compile(source).map(Arc::new))
+            .clone()
+    }
+}
+
+/// How many values `v` holds (itself, list items and map entries, recursively, bounded).
+fn values_in(v: &Value, limit: usize) -> usize {
+    let mut n = 1;
+    let mut stack = vec![v];
+    while let Some(x) = stack.pop() {
+        if n >= limit {
+            return n;
+        }
+        match x {
+            Value::Array(a) => {
+                n += a.len();
+                stack.extend(a.iter());
+            }
+            Value::Object(m) => {
+                n += m.len();
+                stack.extend(m.values());
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
+/// A JSON value as CEL sees it: integers as `int` (or `double` when they do not fit),
+/// objects as maps with string keys.
+pub fn to_cel(v: &Value) -> Cel {
+    match v {
+        Value::Null => Cel::Null,
+        Value::Bool(b) => Cel::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Cel::Int(i),
+            None => Cel::Float(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => Cel::String(Arc::new(s.clone())),
+        Value::Array(a) => Cel::List(Arc::new(a.iter().map(to_cel).collect())),
+        Value::Object(m) => {
+            let map: HashMap<Key, Cel> = m
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            Cel::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// Evaluates `expr` with `vars` bound; the error is the evaluation's message (a missing key,
+/// a type mismatch, the cost budget).
+pub fn eval(expr: &Expr, vars: &[(&str, &Value)]) -> Result<Cel, String> {
+    let size: usize = vars
+        .iter()
+        .map(|(_, v)| values_in(v, COST_BUDGET as usize))
+        .sum::<usize>()
+        .max(1);
+    let cost = (size as f64).powi(expr.nesting.max(1) as i32);
+    if cost > COST_BUDGET {
+        return Err(format!(
+            "operation cancelled: actual cost limit exceeded (about {cost:.0} for a budget of {COST_BUDGET:.0})"
+        ));
+    }
+    let mut ctx = Context::with_env(env());
+    lib::register(&mut ctx);
+    for (name, v) in vars {
+        ctx.add_variable_from_value(*name, to_cel(v));
+    }
+    expr.program.execute(&ctx).map_err(|e| e.to_string())
+}
+
+/// Evaluates to a bool (what rules and conditions must be).
+pub fn eval_bool(expr: &Expr, vars: &[(&str, &Value)]) -> Result<bool, String> {
+    match eval(expr, vars)? {
+        Cel::Bool(b) => Ok(b),
+        other => Err(format!(
+            "expression must evaluate to bool, got {:?}",
+            other.type_of()
+        )),
+    }
+}
+
+/// Evaluates to a string (message expressions).
+pub fn eval_string(expr: &Expr, vars: &[(&str, &Value)]) -> Result<String, String> {
+    match eval(expr, vars)? {
+        Cel::String(s) => Ok(s.to_string()),
+        other => Err(format!(
+            "expression must evaluate to string, got {:?}",
+            other.type_of()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(src: &str, this: Value) -> Result<bool, String> {
+        eval_bool(&compile(src)?, &[("self", &this)])
+    }
+
+    #[test]
+    fn evaluates_rules_over_json() {
+        let obj = json!({"replicas": 3, "min": 1, "name": "web-1", "tags": ["a", "b"], "labels": {"app": "x"}});
+        assert_eq!(run("self.replicas >= self.min", obj.clone()), Ok(true));
+        assert_eq!(
+            run(
+                "self.name.startsWith('web') && self.name.matches('^[a-z]+-[0-9]$')",
+                obj.clone()
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            run(
+                "self.tags.all(t, t.size() == 1) && 'app' in self.labels",
+                obj.clone()
+            ),
+            Ok(true)
+        );
+        assert_eq!(run("has(self.missing)", obj.clone()), Ok(false));
+        assert_eq!(
+            run("self.name.lowerAscii() == 'web-1'", obj.clone()),
+            Ok(true)
+        );
+        assert!(run("self.missing == 1", obj.clone()).is_err());
+        assert!(run("self.replicas", obj).is_err());
+        assert!(compile("self.a.all(x, x.b.all(y, y.c.all(z, z.d.all(w, true))))").is_err());
+        assert!(compile("self.(").is_err());
+    }
+
+    #[test]
+    fn a_rule_cannot_run_away() {
+        let big = json!((0..5000).collect::<Vec<_>>());
+        let e = run("self.all(x, self.all(y, x + y >= 0))", big).unwrap_err();
+        assert!(e.contains("cost limit exceeded"), "{e}");
+        assert_eq!(nesting("self.map(x, 'a(b').filter(y, true)"), 1);
+    }
+}
