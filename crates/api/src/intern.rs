@@ -41,6 +41,24 @@ pub fn strs(items: &[&str]) -> &'static [&'static str] {
     leaked
 }
 
+/// A kind's list overrides (a custom resource's, from its schema), interned.
+pub fn list_overrides(
+    items: Vec<crate::strategic::ListOverride>,
+) -> &'static [crate::strategic::ListOverride] {
+    type Slice = &'static [crate::strategic::ListOverride];
+    static S: OnceLock<Mutex<HashSet<Slice>>> = OnceLock::new();
+    let mut set = S
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = set.get(items.as_slice()) {
+        return found;
+    }
+    let leaked: Slice = Box::leak(items.into_boxed_slice());
+    set.insert(leaked);
+    leaked
+}
+
 /// A resource definition, interned.
 pub fn def(d: ResourceDef) -> &'static ResourceDef {
     static S: OnceLock<Mutex<HashSet<&'static ResourceDef>>> = OnceLock::new();

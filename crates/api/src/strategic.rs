@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 /// How the list at `path` (field names from the object root, list indices dropped) merges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ListStrategy {
     /// Elements are matched by this key and merged.
     MergeByKey(&'static str),
@@ -28,6 +28,10 @@ pub struct Lists(pub &'static [ListOverride]);
 /// A list field `(parent, field)` that merges its own way in one kind.
 pub type ListOverride = (&'static str, &'static str, ListStrategy);
 
+/// In a kind's overrides: every list not named otherwise is atomic outside `metadata`
+/// (custom resources, whose schemas say which lists merge).
+pub const OTHERWISE_ATOMIC: ListOverride = ("*", "*", ListStrategy::Replace);
+
 impl Lists {
     /// The tags every served type shares.
     pub const GENERIC: Lists = Lists(&[]);
@@ -40,11 +44,13 @@ impl Lists {
         } else {
             ""
         };
-        self.0
-            .iter()
-            .find(|(p, f, _)| *p == parent && *f == last)
-            .map(|(_, _, s)| *s)
-            .unwrap_or_else(|| list_strategy(path))
+        if let Some((_, _, s)) = self.0.iter().find(|(p, f, _)| *p == parent && *f == last) {
+            return *s;
+        }
+        if path.first() != Some(&"metadata") && self.0.contains(&OTHERWISE_ATOMIC) {
+            return ListStrategy::Replace;
+        }
+        list_strategy(path)
     }
 }
 

@@ -194,6 +194,7 @@ impl GarbageCollector {
     /// informer for each one not yet watched and stopping those of resources gone.
     async fn run_discovery(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
+            let last = std::time::Instant::now();
             match dynamic::discover(&self.client).await {
                 Ok(found) => self.follow(found, &shutdown),
                 Err(e) => {
@@ -204,8 +205,9 @@ impl GarbageCollector {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(REDISCOVERY) => {}
                 _ = self.rediscover.notified() => {
-                    // At most one early discovery a second.
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    // Early discoveries at most every two seconds, however many owners of
+                    // unknown kinds turn up.
+                    tokio::time::sleep(Duration::from_secs(2).saturating_sub(last.elapsed())).await;
                 }
             }
         }

@@ -359,10 +359,14 @@ impl Admission {
             return Ok(());
         };
         let refuse = |why: &str| ApiError::forbidden(&def.group_resource(), meta::name(obj), why);
+        let Some(reg) = self.registries.served(def) else {
+            return Ok(());
+        };
         for q in self.cached("resourcequotas", ns) {
             let hard = quota::hard(&q);
             let names: Vec<String> = hard.keys().cloned().collect();
-            let delta = quota::object_usage(def, obj, &names).map_err(|e| refuse(&e))?;
+            let delta =
+                quota::object_usage(def, &*reg.strategy, obj, &names).map_err(|e| refuse(&e))?;
             if delta.is_empty() {
                 continue;
             }
@@ -401,7 +405,7 @@ impl Admission {
             .filter(|r| r.def.namespaced)
         {
             let Some(cache) = &reg.cache else { continue };
-            if !quota::tracks(reg.def, names) {
+            if !quota::tracks(reg.def, &*reg.strategy, names) {
                 continue;
             }
             let filter = Filter {
@@ -413,7 +417,8 @@ impl Admission {
                 .map(|l| l.items)
                 .unwrap_or_default()
             {
-                let Ok(usage) = quota::object_usage(reg.def, &o.value(), names) else {
+                let Ok(usage) = quota::object_usage(reg.def, &*reg.strategy, &o.value(), names)
+                else {
                     continue;
                 };
                 for (k, v) in usage {

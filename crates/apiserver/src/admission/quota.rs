@@ -64,8 +64,12 @@ fn counts(def: &ResourceDef) -> Vec<String> {
 
 /// What one object of `def` uses of each of `names`: object counts, and the compute usage
 /// its kind reports (pods). A quantity that cannot be used is an error, never zero.
-pub fn object_usage(def: &ResourceDef, obj: &Value, names: &[String]) -> Result<Usage, String> {
-    let strategy = crate::kinds::of(def);
+pub fn object_usage(
+    def: &ResourceDef,
+    strategy: &dyn crate::kinds::Strategy,
+    obj: &Value,
+    names: &[String],
+) -> Result<Usage, String> {
     let mut out = Usage::new();
     if !strategy.counts_against_quota(obj) {
         return Ok(out);
@@ -83,9 +87,9 @@ pub fn object_usage(def: &ResourceDef, obj: &Value, names: &[String]) -> Result<
 
 /// Whether objects of `def` can use any of `names` (so a namespace's usage need not look at
 /// them otherwise).
-pub fn tracks(def: &ResourceDef, names: &[String]) -> bool {
+pub fn tracks(def: &ResourceDef, strategy: &dyn crate::kinds::Strategy, names: &[String]) -> bool {
     let probe = serde_json::json!({"spec": {"containers": [{}]}});
-    object_usage(def, &probe, names).is_ok_and(|u| !u.is_empty())
+    object_usage(def, strategy, &probe, names).is_ok_and(|u| !u.is_empty())
 }
 
 /// The resource names a quota limits (`spec.hard`).
@@ -184,7 +188,7 @@ mod tests {
         let pod = serde_json::json!({"spec": {"containers": [
             {"resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "128Mi"}}},
             {"resources": {"requests": {"cpu": "1"}}}]}});
-        let u = object_usage(pods(), &pod, &names).unwrap();
+        let u = object_usage(pods(), crate::kinds::of(pods()), &pod, &names).unwrap();
         assert_eq!(u["pods"], 1);
         assert_eq!(u["count/pods"], 1);
         assert_eq!(u["requests.cpu"], 1250);
@@ -193,13 +197,21 @@ mod tests {
         assert!(!u.contains_key("configmaps"));
         let done = serde_json::json!({"status": {"phase": "Succeeded"}});
         assert!(
-            object_usage(pods(), &done, &names).unwrap().is_empty(),
+            object_usage(pods(), crate::kinds::of(pods()), &done, &names)
+                .unwrap()
+                .is_empty(),
             "terminal pods use nothing"
         );
         let deploy = rkube_api::resources::find("apps", "v1", "deployments").unwrap();
         let names = vec!["count/deployments.apps".to_string()];
         assert_eq!(
-            object_usage(deploy, &serde_json::json!({}), &names).unwrap()["count/deployments.apps"],
+            object_usage(
+                deploy,
+                crate::kinds::of(deploy),
+                &serde_json::json!({}),
+                &names
+            )
+            .unwrap()["count/deployments.apps"],
             1
         );
     }

@@ -61,6 +61,10 @@ struct Watcher {
 #[derive(Default)]
 struct State {
     ready: bool,
+    /// The resource is no longer served here: new watches are refused.
+    closed: bool,
+    /// Bumped on every change of the objects (events and re-lists), not on progress.
+    changes: u64,
     rv: u64,
     objects: BTreeMap<String, Arc<CachedObject>>,
     history: VecDeque<Arc<CachedEvent>>,
@@ -168,9 +172,15 @@ impl Cacher {
     /// Ends every watch (the resource is no longer served): clients re-watch and find out.
     pub fn close(&self) {
         let mut st = self.state.lock().unwrap();
+        st.closed = true;
         st.watchers.clear();
         st.by_node.clear();
         st.unindexed.clear();
+    }
+
+    /// Moves on every change of the objects (not on progress notifications).
+    pub fn content_version(&self) -> u64 {
+        self.state.lock().unwrap().changes
     }
 
     pub fn is_ready(&self) -> bool {
@@ -346,6 +356,12 @@ impl Cacher {
         let mut initial = Vec::new();
         let (id, rx, snapshot_rv) = {
             let mut st = self.state.lock().unwrap();
+            if st.closed {
+                return Err(ApiError::too_many_requests(
+                    "the resource is being reinstalled",
+                    1,
+                ));
+            }
             if !st.ready {
                 return Err(Self::not_ready());
             }
@@ -499,6 +515,7 @@ impl Cacher {
             }
         }
         st.objects = objects;
+        st.changes += 1;
         st.rv = rv;
         st.history.clear();
         st.oldest_rv = rv + 1;
@@ -571,6 +588,7 @@ impl Cacher {
         {
             return; // already reflected (an event the list included)
         }
+        st.changes += 1;
         // Share the previous state with the object map instead of a second decoded copy.
         if let Some(existing) = st.objects.get(&ev.obj.key) {
             if ev.prev.as_ref().is_some_and(|p| p.rv == existing.rv) {

@@ -45,11 +45,15 @@ pub struct Controller {
     pub event_ttl: Duration,
 }
 
+/// Each version's registry and whether it is served, the storage version first.
+type Versions = Vec<(Arc<Registry>, bool)>;
+
 /// One CRD's served registries and what stops their caches.
 struct Served {
     /// What they were built from: uid, generation, terminating.
     key: (String, i64, bool),
-    regs: Vec<Arc<Registry>>,
+    /// Each version's registry and whether it is served (the storage version may not be).
+    regs: Versions,
     stop: ShutdownToken,
 }
 
@@ -57,12 +61,12 @@ impl Served {
     fn ready(&self) -> bool {
         self.regs
             .iter()
-            .all(|r| r.cache.as_ref().is_none_or(|c| c.is_ready()))
+            .all(|(r, _)| r.cache.as_ref().is_none_or(|c| c.is_ready()))
     }
 
     fn close(&self) {
         self.stop.cancel();
-        for r in &self.regs {
+        for (r, _) in &self.regs {
             if let Some(c) = &r.cache {
                 c.close();
             }
@@ -88,11 +92,17 @@ impl Controller {
         let mut changes = cache.changes();
         let mut served: HashMap<String, Served> = HashMap::new();
         let mut cleanups: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+        let mut seen = None;
         loop {
-            if cache.is_ready() {
+            // Work only when the CRDs changed or something is still to be done (caches
+            // becoming ready, statuses to write, objects to clean up).
+            let version = cache.content_version();
+            if cache.is_ready() && (seen != Some(version) || !self.settled(&served, &cleanups)) {
                 let objects = cache.values();
-                self.sync(&crds, &objects, &mut served, &mut cleanups, &shutdown)
+                let done = self
+                    .sync(&crds, &objects, &mut served, &mut cleanups, &shutdown)
                     .await;
+                seen = done.then_some(version);
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -105,6 +115,16 @@ impl Controller {
         }
     }
 
+    /// Nothing is in flight: every served cache is ready and no cleanup runs.
+    fn settled(
+        &self,
+        served: &HashMap<String, Served>,
+        cleanups: &HashMap<String, tokio::task::JoinHandle<()>>,
+    ) -> bool {
+        served.values().all(Served::ready) && cleanups.values().all(|h| h.is_finished())
+    }
+
+    /// One pass; whether everything it meant to write was written.
     async fn sync(
         self: &Arc<Self>,
         crds: &Arc<Registry>,
@@ -112,7 +132,9 @@ impl Controller {
         served: &mut HashMap<String, Served>,
         cleanups: &mut HashMap<String, tokio::task::JoinHandle<()>>,
         shutdown: &ShutdownToken,
-    ) {
+    ) -> bool {
+        let mut done = true;
+        let mut retired = Vec::new();
         let naming = status::decide(objects);
         let mut changed = false;
         let mut wanted = Vec::new();
@@ -134,33 +156,39 @@ impl Controller {
             match self.build(crd, terminating, shutdown) {
                 Ok((regs, stop)) => {
                     if let Some(old) = served.insert(name.clone(), Served { key, regs, stop }) {
-                        old.close();
+                        retired.push(old);
                     }
                     changed = true;
                 }
                 Err(e) => tracing::warn!(crd = %name, error = %e, "custom resource not served"),
             }
         }
+        let wanted: std::collections::HashSet<String> = wanted.into_iter().collect();
         let gone: Vec<String> = served
             .keys()
-            .filter(|n| !wanted.contains(n))
+            .filter(|n| !wanted.contains(*n))
             .cloned()
             .collect();
         for name in gone {
             if let Some(s) = served.remove(&name) {
-                s.close();
+                retired.push(s);
                 changed = true;
             }
         }
         if changed {
             let mut set = Set::default();
             for s in served.values() {
-                for r in &s.regs {
-                    set.insert(r.clone());
+                for (r, is_served) in &s.regs {
+                    set.insert_with(r.clone(), *is_served);
                 }
             }
+            // Swapped first, then the old caches closed: no request finds a closed one
+            // through the set.
             self.registries.set_custom(set);
             tracing::info!(crds = served.len(), "custom resources served");
+        }
+        for s in retired {
+            s.close();
         }
         let now = meta::now_rfc3339();
         for (crd, n) in objects.iter().zip(&naming) {
@@ -175,12 +203,15 @@ impl Controller {
             if crd.get("status") != Some(&want) {
                 let r = crds
                     .update_with("", &name, Some("status"), own("update"), |cur| {
+                        // Decided again from what is stored: a retry keeps a concurrent
+                        // writer's storedVersions.
                         let mut new = cur.clone();
-                        new["status"] = want.clone();
+                        new["status"] = status::desired(cur, n, ready, terminating, &now);
                         Ok(new)
                     })
                     .await;
                 if let Err(e) = r {
+                    done = false;
                     tracing::debug!(crd = %name, error = %e.status().message, "CRD status not written");
                 }
             }
@@ -197,6 +228,7 @@ impl Controller {
             }
         }
         cleanups.retain(|_, h| !h.is_finished());
+        done
     }
 
     /// The registries of every served version of `crd`, storage version first, their caches
@@ -206,9 +238,11 @@ impl Controller {
         crd: &Value,
         terminating: bool,
         shutdown: &ShutdownToken,
-    ) -> Result<(Vec<Arc<Registry>>, ShutdownToken), String> {
+    ) -> Result<(Versions, ShutdownToken), String> {
         let storage = custom::storage_version(crd).ok_or("no storage version")?;
-        let mut versions = vec![storage.to_string()];
+        let storage_served = custom::version_of(crd, storage).is_some_and(|v| v["served"] == true);
+        // The storage version first, served or not: cleanup and collection go through it.
+        let mut versions = vec![(storage.to_string(), storage_served)];
         for v in crd
             .pointer("/spec/versions")
             .and_then(Value::as_array)
@@ -217,12 +251,12 @@ impl Controller {
         {
             let name = v.get("name").and_then(Value::as_str).unwrap_or("");
             if v["served"] == true && name != storage {
-                versions.push(name.to_string());
+                versions.push((name.to_string(), true));
             }
         }
         let stop = shutdown.child_token();
         let mut regs = Vec::new();
-        for v in versions {
+        for (v, is_served) in versions {
             let def = custom::resource_def(crd, &v).ok_or("incomplete names")?;
             let mut kind = CustomKind::new(crd, &v)?;
             kind.terminating = terminating;
@@ -236,14 +270,17 @@ impl Controller {
                 self.duplex,
             );
             tokio::spawn(crate::cache::feed::run(cache.clone(), stop.clone()));
-            regs.push(Arc::new(Registry::new(
-                def,
-                strategy,
-                self.storage.clone(),
-                Some(cache),
-                &self.etcd_prefix,
-                self.event_ttl,
-            )));
+            regs.push((
+                Arc::new(Registry::new(
+                    def,
+                    strategy,
+                    self.storage.clone(),
+                    Some(cache),
+                    &self.etcd_prefix,
+                    self.event_ttl,
+                )),
+                is_served,
+            ));
         }
         Ok((regs, stop))
     }
@@ -262,9 +299,16 @@ impl Controller {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        let established = status::is_true(&crd, "Established");
         loop {
-            let left = match self.registries.get(&(group.as_str(), plural.as_str())) {
-                None => 0,
+            // Only this CRD's own objects, through its own registry (never a built-in one of
+            // the same names); a CRD never established has none.
+            let left = match self.registries.custom().stored(&group, &plural) {
+                None if !established => 0,
+                None => {
+                    tracing::debug!(crd = %name, "waiting for the CRD's registry to clean up");
+                    usize::MAX
+                }
                 Some(reg) => match self.delete_all(&reg).await {
                     Ok(n) => n,
                     Err(e) => {

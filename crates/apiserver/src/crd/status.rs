@@ -46,8 +46,19 @@ fn group(crd: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// Decides every CRD's names in creation order (then name): a resource or kind name another
-/// CRD of the group — or a built-in resource of the group — already holds is a conflict.
+fn accepted_names(crd: &Value) -> Vec<(&'static str, String)> {
+    let mut as_spec = crd.clone();
+    as_spec["spec"]["names"] = crd
+        .pointer("/status/acceptedNames")
+        .cloned()
+        .unwrap_or(Value::Null);
+    names(&as_spec)
+}
+
+/// Decides every CRD's names: names already accepted keep their claim (oldest first), then
+/// each CRD's wanted names are checked in creation order (then name) — a resource or kind
+/// name another CRD of the group holds, or a built-in resource of the group, is a conflict.
+/// Every apiserver decides alike.
 pub fn decide(crds: &[Value]) -> Vec<Naming> {
     let mut order: Vec<usize> = (0..crds.len()).collect();
     let created = |c: &Value| {
@@ -59,18 +70,33 @@ pub fn decide(crds: &[Value]) -> Vec<Naming> {
             rkube_api::meta::name(c).to_string(),
         )
     };
-    // Names already accepted keep their claim; the rest are decided oldest first.
-    order.sort_by_key(|i| (!is_true(&crds[*i], "NamesAccepted"), created(&crds[*i])));
-    // Claimed (group, lower-cased name) pairs: resource names share one space, kinds another.
-    let mut claimed: Vec<(String, bool, String)> = rkube_api::RESOURCES
-        .iter()
-        .flat_map(|r| {
-            [
-                (r.group.to_string(), false, r.plural.to_string()),
-                (r.group.to_string(), true, r.kind.to_lowercase()),
-            ]
-        })
-        .collect();
+    order.sort_by_key(|i| created(&crds[*i]));
+    // (group, is a kind name, lower-cased name) -> who holds it (None: a built-in).
+    let mut claimed: std::collections::HashMap<(String, bool, String), Option<usize>> =
+        rkube_api::RESOURCES
+            .iter()
+            .flat_map(|r| {
+                [
+                    ((r.group.to_string(), false, r.plural.to_string()), None),
+                    ((r.group.to_string(), true, r.kind.to_lowercase()), None),
+                ]
+            })
+            .collect();
+    let key = |g: &str, what: &str, v: &str| {
+        (
+            g.to_string(),
+            matches!(what, "Kind" | "ListKind"),
+            v.to_lowercase(),
+        )
+    };
+    for &i in &order {
+        if is_true(&crds[i], "NamesAccepted") {
+            let g = group(&crds[i]);
+            for (what, v) in accepted_names(&crds[i]) {
+                claimed.entry(key(g, what, &v)).or_insert(Some(i));
+            }
+        }
+    }
     let mut out = vec![
         Naming {
             accepted: true,
@@ -83,10 +109,9 @@ pub fn decide(crds: &[Value]) -> Vec<Naming> {
         let g = group(&crds[i]).to_string();
         let mine = names(&crds[i]);
         let conflict = mine.iter().find(|(what, v)| {
-            let is_kind = matches!(*what, "Kind" | "ListKind");
             claimed
-                .iter()
-                .any(|(cg, ck, cv)| *cg == g && *ck == is_kind && *cv == v.to_lowercase())
+                .get(&key(&g, what, v))
+                .is_some_and(|holder| *holder != Some(i))
         });
         match conflict {
             Some((what, v)) => {
@@ -98,8 +123,7 @@ pub fn decide(crds: &[Value]) -> Vec<Naming> {
             }
             None => {
                 for (what, v) in mine {
-                    let is_kind = matches!(what, "Kind" | "ListKind");
-                    claimed.push((g.clone(), is_kind, v.to_lowercase()));
+                    claimed.insert(key(&g, what, &v), Some(i));
                 }
             }
         }
@@ -140,7 +164,8 @@ pub fn desired(
     } else {
         condition("NamesAccepted", false, &naming.reason, &naming.message, now)
     }];
-    if naming.accepted && served {
+    // Established stays: a rebuild of the caches (a spec change) does not take it back.
+    if naming.accepted && (served || is_true(crd, "Established")) {
         conds.push(condition(
             "Established",
             true,

@@ -406,6 +406,21 @@ fn typed_everywhere(s: &Value, at: &str, causes: &mut Vec<StatusCause>, depth: u
     if depth > 64 || causes.len() > 50 {
         return;
     }
+    if s.get("uniqueItems") == Some(&json!(true)) {
+        causes.push(StatusCause::forbidden(
+            &format!("{at}.uniqueItems"),
+            "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+        ));
+    }
+    if s.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map")
+        && s.get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+            .is_none_or(|k| k.is_empty())
+    {
+        causes.push(StatusCause::required(&format!(
+            "{at}.x-kubernetes-list-map-keys"
+        )));
+    }
     let untyped_ok = |n: &Value| {
         n.get("x-kubernetes-int-or-string") == Some(&json!(true))
             || n.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true))

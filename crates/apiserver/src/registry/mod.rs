@@ -109,6 +109,24 @@ impl Set {
             .insert((def.group, def.version, def.plural), reg);
     }
 
+    /// Adds a registry that holds objects but may not be served (a custom resource's
+    /// storage version marked `served: false`).
+    pub fn insert_with(&mut self, reg: Arc<Registry>, served: bool) {
+        let def = reg.def;
+        self.stored
+            .entry((def.group, def.plural))
+            .or_insert_with(|| reg.clone());
+        if served {
+            self.served
+                .insert((def.group, def.version, def.plural), reg);
+        }
+    }
+
+    /// The storage version's registry of `group`/`plural`.
+    pub fn stored(&self, group: &str, plural: &str) -> Option<Arc<Registry>> {
+        self.stored.get(&(group, plural)).cloned()
+    }
+
     /// Every registry, views included.
     pub fn all(&self) -> impl Iterator<Item = &Arc<Registry>> {
         self.served.values()

@@ -374,6 +374,63 @@ async fn crd_validation_and_naming(c: &Cluster) {
     );
     assert!(!established(&v));
     assert_eq!(c.get("/apis/example.com/v1/renters").await.0, 404);
+
+    // A CRD named like a built-in resource is never served, and deleting it deletes
+    // nothing of the built-in's.
+    let (_, before) = c
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings")
+        .await;
+    let count = before["items"].as_array().unwrap().len();
+    let mut fake = widget_crd();
+    fake["metadata"]["name"] = json!("clusterrolebindings.rbac.authorization.k8s.io");
+    fake["spec"]["group"] = json!("rbac.authorization.k8s.io");
+    fake["spec"]["scope"] = json!("Cluster");
+    fake["spec"]["names"] = json!({"plural": "clusterrolebindings", "kind": "Fake"});
+    let fake_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/clusterrolebindings.rbac.authorization.k8s.io";
+    assert_eq!(
+        c.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &fake
+        )
+        .await
+        .0,
+        201
+    );
+    eventually(c, fake_path, |_, v| {
+        v["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "NamesAccepted" && c["status"] == "False")
+        })
+    })
+    .await;
+    assert_eq!(c.delete(fake_path, None).await.0, 200);
+    eventually(c, fake_path, |code, _| code == 404).await;
+    let (_, after) = c
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings")
+        .await;
+    assert_eq!(after["items"].as_array().unwrap().len(), count);
+
+    // Quota counts custom resources as count/<plural>.<group>.
+    let (code, q) = c
+        .post(
+            "/api/v1/namespaces/default/resourcequotas",
+            &json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "crs"}, "spec": {"hard": {"count/widgets.example.com": "1"}}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{q}");
+    establish(c, &widget_crd()).await;
+    let w = |n: &str| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": n}, "spec": {"color": "red"}});
+    assert_eq!(c.post(WIDGETS, &w("q1")).await.0, 201);
+    let (code, e) = c.post(WIDGETS, &w("q2")).await;
+    assert_eq!(code, 403, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeded quota: crs"),
+        "{e}"
+    );
 }
 
 async fn crd_cel_rules(c: &Cluster) {

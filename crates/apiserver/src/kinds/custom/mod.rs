@@ -30,6 +30,8 @@ pub struct CustomKind {
     schema: Value,
     patterns: schema::Patterns,
     rules: rules::Rules,
+    /// How server-side apply merges the lists.
+    lists: rkube_api::strategic::Lists,
     status: bool,
     scale: Option<ScalePaths>,
     columns: Vec<PrinterColumn>,
@@ -137,6 +139,7 @@ impl CustomKind {
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
         let patterns = schema::Patterns::compile(&schema)?;
+        let lists = schema::lists(&schema);
         let (rules, errors) = rules::Rules::compile(&schema);
         if let Some((at, why)) = errors.first() {
             return Err(format!("{at}: {why}"));
@@ -200,6 +203,7 @@ impl CustomKind {
             schema,
             patterns,
             rules,
+            lists,
             status: v.pointer("/subresources/status").is_some(),
             scale,
             columns,
@@ -229,6 +233,13 @@ impl Strategy for CustomKind {
     fn round_trip(&self, mut obj: Value) -> Result<Value, String> {
         if !obj.is_object() {
             return Err("the object is not a JSON object".into());
+        }
+        // Metadata is ObjectMeta whatever the schema says: decoded and re-encoded, so
+        // wrong types are refused and unknown fields dropped (typed clients read it).
+        if let Some(m) = obj.get("metadata").cloned() {
+            obj["metadata"] =
+                super::typed::<rkube_api::k8s::apimachinery::pkg::apis::meta::v1::ObjectMeta>(m)
+                    .map_err(|e| format!("metadata: {e}"))?;
         }
         schema::prune(&self.schema, &mut obj, true);
         Ok(obj)
@@ -301,6 +312,10 @@ impl Strategy for CustomKind {
 
     fn spec_changed(&self, new: &Value, old: &Value) -> bool {
         self.generation_part(new) != self.generation_part(old)
+    }
+
+    fn lists(&self) -> rkube_api::strategic::Lists {
+        self.lists
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {

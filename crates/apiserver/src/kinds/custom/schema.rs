@@ -106,6 +106,68 @@ fn preserves(schema: &Value) -> bool {
             .is_some_and(|a| a.is_object() || a == &Value::Bool(true))
 }
 
+/// How server-side apply merges a custom resource's lists: `x-kubernetes-list-type: map`
+/// by its (first) key, `set` as a set, everything else atomic, as upstream reads the schema.
+pub fn lists(schema: &Value) -> rkube_api::strategic::Lists {
+    use rkube_api::strategic::{ListStrategy, OTHERWISE_ATOMIC};
+    let mut out: Vec<(String, String, Option<String>)> = Vec::new();
+    fn visit(
+        s: &Value,
+        parent: &str,
+        field: &str,
+        out: &mut Vec<(String, String, Option<String>)>,
+        depth: usize,
+    ) {
+        if depth > 64 || !s.is_object() || out.len() > 256 {
+            return;
+        }
+        match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("map") => {
+                let key = s
+                    .pointer("/x-kubernetes-list-map-keys/0")
+                    .and_then(Value::as_str)
+                    .map(String::from);
+                out.push((parent.to_string(), field.to_string(), key));
+            }
+            Some("set") => out.push((parent.to_string(), field.to_string(), None)),
+            _ => {}
+        }
+        if let Some(p) = s.get("properties").and_then(Value::as_object) {
+            for (k, child) in p {
+                visit(child, field, k, out, depth + 1);
+            }
+        }
+        if let Some(i) = s.get("items").filter(|i| i.is_object()) {
+            // Items keep their list's name as their parent's (indices are dropped).
+            if let Some(p) = i.get("properties").and_then(Value::as_object) {
+                for (k, child) in p {
+                    visit(child, field, k, out, depth + 1);
+                }
+            }
+        }
+        if let Some(a) = s.get("additionalProperties").filter(|a| a.is_object()) {
+            visit(a, parent, field, out, depth + 1);
+        }
+    }
+    visit(schema, "", "", &mut out, 0);
+    let mut overrides: Vec<rkube_api::strategic::ListOverride> = out
+        .iter()
+        .map(|(p, f, key)| {
+            let strategy = match key {
+                Some(k) => ListStrategy::MergeByKey(rkube_api::intern::str(k)),
+                None => ListStrategy::MergePrimitives,
+            };
+            (
+                rkube_api::intern::str(p),
+                rkube_api::intern::str(f),
+                strategy,
+            )
+        })
+        .collect();
+    overrides.push(OTHERWISE_ATOMIC);
+    rkube_api::strategic::Lists(rkube_api::intern::list_overrides(overrides))
+}
+
 /// Removes fields the schema does not declare (upstream's pruning). At the root and in
 /// embedded resources, `apiVersion`, `kind` and `metadata` stay.
 pub fn prune(schema: &Value, v: &mut Value, root: bool) {
@@ -121,7 +183,15 @@ fn prune_depth(schema: &Value, v: &mut Value, root: bool, depth: usize) {
         Value::Object(map) => {
             let keep_all = preserves(schema);
             let props = schema.get("properties").and_then(Value::as_object);
-            map.retain(|k, _| {
+            map.retain(|k, v| {
+                // A null where the schema allows none and has no default is dropped
+                // (upstream's PruneNonNullableNullsWithoutDefaults).
+                if v.is_null()
+                    && property(schema, k)
+                        .is_some_and(|s| !flag(s, "nullable") && s.get("default").is_none())
+                {
+                    return false;
+                }
                 keep_all
                     || props.is_some_and(|p| p.contains_key(k))
                     || (embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
@@ -249,6 +319,7 @@ impl Validator<'_> {
         let ty = type_of(schema);
         if flag(schema, "x-kubernetes-int-or-string") {
             return match v {
+                Value::Null if flag(schema, "nullable") => Ok(()),
                 Value::String(_) => Ok(()),
                 Value::Number(n) if n.is_i64() || n.is_u64() => Ok(()),
                 _ => Err("integer or string".into()),
@@ -310,7 +381,14 @@ impl Validator<'_> {
             }
             _ => {}
         }
-        for j in ["allOf", "anyOf", "oneOf"] {
+        // Each junctor's schemas are evaluated once: `allOf` reports its schemas' causes
+        // directly, `anyOf`/`oneOf`/`not` count the ones that pass.
+        if let Some(list) = schema.get("allOf").and_then(Value::as_array) {
+            for s in list {
+                self.node(s, v, path, root, depth + 1);
+            }
+        }
+        for j in ["anyOf", "oneOf"] {
             let Some(list) = schema.get(j).and_then(Value::as_array) else {
                 continue;
             };
@@ -324,11 +402,6 @@ impl Validator<'_> {
                 path.as_str()
             };
             match j {
-                "allOf" if passing < list.len() => {
-                    for s in list {
-                        self.node(s, v, path, root, depth + 1);
-                    }
-                }
                 "anyOf" if passing == 0 => {
                     self.invalid(
                         path,
@@ -566,8 +639,10 @@ impl Validator<'_> {
                     }
                 }
                 if flag(schema, "uniqueItems") {
+                    let mut seen = std::collections::HashSet::new();
                     for (i, a) in items.iter().enumerate() {
-                        if items[..i].contains(a) {
+                        // Canonical text: object keys are sorted.
+                        if !seen.insert(a.to_string()) {
                             self.add(StatusCause::duplicate(&format!("{path}[{i}]"), &repr(a)));
                             break;
                         }
@@ -582,8 +657,12 @@ impl Validator<'_> {
     fn list_type(&mut self, schema: &Value, items: &[Value], path: &str) {
         match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
             Some("set") => {
+                let mut seen = std::collections::HashSet::new();
                 for (i, a) in items.iter().enumerate() {
-                    if items[..i].contains(a) {
+                    if self.full() {
+                        return;
+                    }
+                    if !seen.insert(a.to_string()) {
                         self.add(StatusCause::duplicate(
                             &format!("{path}[{i}]"),
                             repr(a).trim_matches('"'),
@@ -602,9 +681,13 @@ impl Validator<'_> {
                         .map(|k| v.get(*k).cloned().unwrap_or(Value::Null))
                         .collect()
                 };
+                let mut seen = std::collections::HashSet::new();
                 for (i, a) in items.iter().enumerate() {
+                    if self.full() {
+                        return;
+                    }
                     let ka = key_of(a);
-                    if items[..i].iter().any(|b| key_of(b) == ka) {
+                    if !seen.insert(Value::Array(ka.clone()).to_string()) {
                         let shown: Vec<String> = keys
                             .iter()
                             .zip(&ka)
@@ -736,12 +819,58 @@ mod tests {
     }
 
     #[test]
+    fn apply_merges_lists_as_the_schema_says() {
+        use rkube_api::strategic::ListStrategy;
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "containers": {"type": "array", "items": {"type": "object"}}}}}});
+        let l = lists(&s);
+        assert_eq!(
+            l.strategy(&["spec", "ports"]),
+            ListStrategy::MergeByKey("name")
+        );
+        assert_eq!(l.strategy(&["spec", "tags"]), ListStrategy::MergePrimitives);
+        assert_eq!(
+            l.strategy(&["spec", "containers"]),
+            ListStrategy::Replace,
+            "atomic unless marked"
+        );
+        assert_eq!(
+            l.strategy(&["metadata", "finalizers"]),
+            ListStrategy::MergePrimitives
+        );
+        assert!(std::ptr::eq(l.0, lists(&s).0), "interned");
+    }
+
+    #[test]
+    fn nested_junctors_cost_linear_time() {
+        let mut s = json!({"minimum": 10});
+        for _ in 0..60 {
+            s = json!({"allOf": [s], "anyOf": [{"type": "integer"}]});
+        }
+        let p = Patterns::compile(&s).unwrap();
+        let started = std::time::Instant::now();
+        let mut causes = Vec::new();
+        validate(&s, &p, &json!(1), &mut causes);
+        assert!(!causes.is_empty());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
     fn prunes_unknown_fields_and_defaults_absent_ones() {
         let s = schema();
         let mut v = json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"},
             "bogus": 1, "spec": {"extra": true, "free": {"any": {"thing": 1}}, "labels": {"k": "v"}}});
         prune(&s, &mut v, true);
         default(&s, &mut v);
+        let mut nulls = json!({"spec": {"size": 2, "name": null, "opt": null}});
+        prune(&s, &mut nulls, true);
+        assert_eq!(
+            nulls,
+            json!({"spec": {"size": 2, "opt": null}}),
+            "non-nullable nulls go"
+        );
         assert_eq!(
             v,
             json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"},
