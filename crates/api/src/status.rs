@@ -126,7 +126,8 @@ impl ApiError {
         &self.0.reason
     }
 
-    fn new(code: u16, reason: &str, message: String, details: Option<StatusDetails>) -> Self {
+    /// A status error of any code and reason (what a webhook's denial carries).
+    pub fn new(code: u16, reason: &str, message: String, details: Option<StatusDetails>) -> Self {
         ApiError(Box::new(Status {
             kind: "Status".into(),
             api_version: "v1".into(),

@@ -14,6 +14,7 @@ pub mod quota;
 pub mod rbac;
 pub mod serviceaccount;
 pub mod storage;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,16 +92,35 @@ fn is_pods(def: &ResourceDef) -> bool {
 
 pub struct Admission {
     pub plugins: Vec<Plugin>,
+    /// Mutating and validating admission webhooks.
+    pub webhooks: webhook::Webhooks,
     registries: Arc<Registries>,
     auth: Arc<Auth>,
     /// `--default-not-ready-toleration-seconds` / `--default-unreachable-toleration-seconds`.
     pub toleration_seconds: (i64, i64),
 }
 
-/// Admission of one request: the plugins, with the user who sent it.
+/// Admission of one request: the plugins, with the user who sent it, and the warnings
+/// admission had for it (webhooks'), which the response carries.
 pub struct ForUser<'a> {
     pub admission: &'a Admission,
     pub user: &'a UserInfo,
+    said: std::sync::Mutex<webhook::Said>,
+}
+
+impl ForUser<'_> {
+    /// The warnings admission had for this request.
+    pub fn warnings(&self) -> Vec<String> {
+        std::mem::take(&mut self.said.lock().unwrap_or_else(|e| e.into_inner()).warnings)
+    }
+
+    fn record(&self, said: webhook::Said) {
+        self.said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .warnings
+            .extend(said.warnings);
+    }
 }
 
 impl Admission {
@@ -112,6 +132,7 @@ impl Admission {
     ) -> Self {
         Admission {
             plugins,
+            webhooks: webhook::Webhooks::new(registries.clone()),
             registries,
             auth,
             toleration_seconds,
@@ -127,6 +148,7 @@ impl Admission {
         ForUser {
             admission: self,
             user,
+            said: Default::default(),
         }
     }
 
@@ -250,6 +272,7 @@ impl Admission {
         a: &Attributes<'_>,
         obj: &Value,
         old: Option<&Value>,
+        said: &mut webhook::Said,
     ) -> Result<(), ApiError> {
         // An update or apply that creates needs `create` permission too (upstream's
         // `withAuthorization` around the create-on-update).
@@ -275,6 +298,8 @@ impl Admission {
             node::admit(user, a, obj, old, |ns, name| self.pod(ns, name))?;
         }
         rbac::admit(&self.auth, &self.registries, user, a, obj, old)?;
+        // Admission webhooks, then quota last (upstream's order).
+        self.webhooks.validate(user, a, obj, old, said).await?;
         if a.operation == Operation::Create
             && self.has(Plugin::ResourceQuota)
             && a.def.namespaced
@@ -478,9 +503,19 @@ impl Admit for ForUser<'_> {
         &'a self,
         a: &'a Attributes<'a>,
         obj: &'a mut Value,
-        _old: Option<&'a Value>,
+        old: Option<&'a Value>,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
-        Box::pin(self.admission.mutate(self.user, a, obj))
+        Box::pin(async move {
+            self.admission.mutate(self.user, a, obj).await?;
+            let mut said = webhook::Said::default();
+            let r = self
+                .admission
+                .webhooks
+                .mutate(self.user, a, obj, old, &mut said)
+                .await;
+            self.record(said);
+            r
+        })
     }
 
     fn validate<'a>(
@@ -489,7 +524,15 @@ impl Admit for ForUser<'_> {
         obj: &'a Value,
         old: Option<&'a Value>,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
-        Box::pin(self.admission.validate(self.user, a, obj, old))
+        Box::pin(async move {
+            let mut said = webhook::Said::default();
+            let r = self
+                .admission
+                .validate(self.user, a, obj, old, &mut said)
+                .await;
+            self.record(said);
+            r
+        })
     }
 }
 

@@ -16,12 +16,13 @@ pub async fn delete(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     let opts = DeleteOptions::parse(&raw, s.query)?;
     let admission = s.admission();
     let w = s.write(&admission, opts.dry_run, None);
-    match s.reg.delete(s.ns, s.name(), &opts, w).await? {
+    let resp = match s.reg.delete(s.ns, s.name(), &opts, w).await? {
         Deleted::Gone(obj) if !s.reg.strategy.delete_returns_object() => {
-            Ok(status_response(&s.reg.delete_status(&obj)))
+            status_response(&s.reg.delete_status(&obj))
         }
-        Deleted::Gone(obj) | Deleted::Pending(obj) => Ok(json_value(StatusCode::OK, &obj)),
-    }
+        Deleted::Gone(obj) | Deleted::Pending(obj) => json_value(StatusCode::OK, &obj),
+    };
+    Ok(super::with_warnings(resp, &admission.warnings()))
 }
 
 pub async fn collection(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {

@@ -69,5 +69,8 @@ pub async fn patch(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     } else {
         StatusCode::OK
     };
-    Ok(json_value(code, &obj))
+    Ok(super::with_warnings(
+        json_value(code, &obj),
+        &admission.warnings(),
+    ))
 }

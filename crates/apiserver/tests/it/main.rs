@@ -11,3 +11,4 @@ mod services;
 mod tls;
 mod tokens;
 mod watch;
+mod webhooks;

@@ -1,0 +1,287 @@
+//! Admission webhooks against a real HTTPS webhook server started by the test: a mutating
+//! webhook (by `url`) adds a label with a JSONPatch, a validating one (by `service`, resolved
+//! through a selector-less Service's EndpointSlice to the host) refuses a key and warns;
+//! `failurePolicy` Fail and Ignore with the server down; timeouts; dry runs;
+//! `matchConditions`; object selectors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::Json;
+use base64::Engine;
+use serde_json::{json, Value};
+
+use crate::cases;
+use crate::harness::Cluster;
+
+/// A CA and a server certificate for `hooks.default.svc` and 127.0.0.1: (CA PEM, dir with
+/// tls.crt and tls.key).
+fn certs() -> (String, tempfile::TempDir) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(vec!["hooks.default.svc".to_string()]).unwrap();
+    p.subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+    (ca.pem(), dir)
+}
+
+fn allow(review: &Value, patch: Option<Value>, warnings: &[&str]) -> Value {
+    let mut resp = json!({"uid": review["request"]["uid"], "allowed": true, "warnings": warnings});
+    if let Some(p) = patch {
+        resp["patchType"] = json!("JSONPatch");
+        resp["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(p.to_string()));
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp})
+}
+
+/// Starts the webhook server; its port and CA bundle (base64).
+async fn webhook_server() -> (u16, String, tempfile::TempDir) {
+    let (ca, dir) = certs();
+    let tls = rkube_daemon::tls::server_config(&rkube_daemon::tls::TlsFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+        client_ca: None,
+        require_client_cert: false,
+    })
+    .unwrap();
+    let app = axum::Router::new()
+        .route(
+            "/mutate",
+            post(|Json(r): Json<Value>| async move {
+                let has_labels = r["request"]["object"]["metadata"]["labels"].is_object();
+                let patch = if has_labels {
+                    json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "yes"}])
+                } else {
+                    json!([{"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}}])
+                };
+                Json(allow(&r, Some(patch), &[]))
+            }),
+        )
+        .route(
+            "/validate",
+            post(|Json(r): Json<Value>| async move {
+                let obj = &r["request"]["object"];
+                if obj["data"]["forbidden"].is_string() {
+                    return Json(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": {"uid": r["request"]["uid"], "allowed": false, "status": {"code": 403, "message": "the key \"forbidden\" is not allowed"}}}));
+                }
+                Json(allow(&r, None, &["validated by the test webhook"]))
+            }),
+        )
+        .route(
+            "/slow",
+            post(|Json(r): Json<Value>| async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Json(allow(&r, None, &[]))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let identify: rkube_daemon::serve::Identify<()> = Arc::new(|_, _| ());
+    tokio::spawn(rkube_daemon::serve::serve(
+        listener,
+        Some(tls),
+        app,
+        identify,
+        Default::default(),
+        rkube_daemon::ShutdownToken::new(),
+    ));
+    (
+        port,
+        base64::engine::general_purpose::STANDARD.encode(ca),
+        dir,
+    )
+}
+
+fn hook(name: &str, client: Value, extra: Value) -> Value {
+    let mut h = json!({"name": name, "clientConfig": client, "sideEffects": "None", "admissionReviewVersions": ["v1"],
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+        "objectSelector": {"matchLabels": {"hooked": "yes"}}});
+    if let (Some(m), Some(e)) = (h.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    h
+}
+
+fn cm(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"hooked": "yes"}}, "data": data})
+}
+
+const CMS: &str = "/api/v1/namespaces/default/configmaps";
+const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+const VALIDATING: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+
+/// Polls until creating `obj` answers `code` (configurations reach the cache shortly).
+async fn create_until(c: &Cluster, obj: &Value, code: u16) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut o = obj.clone();
+        o["metadata"]["name"] = json!(format!(
+            "{}-{}",
+            obj["metadata"]["name"].as_str().unwrap(),
+            rand::random::<u32>()
+        ));
+        let (got, v) = c.post(CMS, &o).await;
+        if got == code {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "want {code}, got {got}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn admission_webhooks(c: &Cluster) {
+    let (port, ca, _dir) = webhook_server().await;
+    let url = |p: &str| json!({"url": format!("https://127.0.0.1:{port}{p}"), "caBundle": ca});
+
+    // Mutating, by URL.
+    let m = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "label"}, "webhooks": [hook("label.example.com", url("/mutate"), json!({}))]});
+    assert_eq!(c.post(MUTATING, &m).await.0, 201);
+    let created = create_until(c, &cm("m", json!({"a": "b"})), 201).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut created = created;
+    while created["metadata"]["labels"]["mutated"] != "yes" {
+        assert!(tokio::time::Instant::now() < deadline, "{created}");
+        created = create_until(c, &cm("m", json!({"a": "b"})), 201).await;
+    }
+    // Not for objects the selector leaves out.
+    let (_, plain) = c
+        .post(
+            CMS,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}),
+        )
+        .await;
+    assert!(
+        plain["metadata"]["labels"].get("mutated").is_none(),
+        "{plain}"
+    );
+
+    // Validating, by Service: a selector-less Service and an EndpointSlice at the host.
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hooks"},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/services", &svc).await.0,
+        201
+    );
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "hooks-1", "labels": {"kubernetes.io/service-name": "hooks"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}]});
+    let (code, v) = c
+        .post(
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+            &slice,
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    let service = json!({"service": {"namespace": "default", "name": "hooks", "path": "/validate", "port": 443}, "caBundle": ca});
+    let v = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "deny"}, "webhooks": [hook("deny.example.com", service, json!({}))]});
+    assert_eq!(c.post(VALIDATING, &v).await.0, 201);
+    let e = create_until(c, &cm("v", json!({"forbidden": "x"})), 403).await;
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.starts_with("configmaps \"v-"), "{msg}");
+    assert!(msg.contains("is forbidden: admission webhook \"deny.example.com\" denied the request: the key \"forbidden\" is not allowed"), "{msg}");
+    // Allowed requests carry the webhook's warnings.
+    let resp = reqwest::Client::new()
+        .post(format!("{}{CMS}", c.base))
+        .json(&cm("warned", json!({"a": "b"})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let warning = resp
+        .headers()
+        .get("warning")
+        .map(|w| w.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    assert!(
+        warning.contains("validated by the test webhook"),
+        "{warning:?}"
+    );
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["metadata"]["labels"]["mutated"],
+        "yes",
+        "mutating ran before validating"
+    );
+
+    // A dry run reaches webhooks (their sideEffects are None or NoneOnDryRun in v1) and
+    // stores nothing.
+    let (code, dry) = c
+        .req(
+            "POST",
+            &format!("{CMS}?dryRun=All"),
+            Some(&cm("dry", json!({}))),
+            "application/json",
+        )
+        .await;
+    assert_eq!(
+        (code, dry["metadata"]["labels"]["mutated"].as_str()),
+        (201, Some("yes")),
+        "{dry}"
+    );
+    assert_eq!(c.get(&format!("{CMS}/dry")).await.0, 404);
+
+    // The server down: Fail refuses, Ignore lets through; a slow one times out.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let down = json!({"url": format!("https://127.0.0.1:{closed}/validate"), "caBundle": ca});
+    let fail = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "down"}, "webhooks": [
+            hook("down-fail.example.com", down.clone(), json!({"failurePolicy": "Fail", "objectSelector": {"matchLabels": {"case": "fail"}}})),
+            hook("down-ignore.example.com", down.clone(), json!({"failurePolicy": "Ignore", "objectSelector": {"matchLabels": {"case": "ignore"}}})),
+            hook("slow.example.com", url("/slow"), json!({"timeoutSeconds": 1, "objectSelector": {"matchLabels": {"case": "slow"}}})),
+            hook("conditional.example.com", down.clone(), json!({"objectSelector": {"matchLabels": {"case": "conditional"}},
+                "matchConditions": [{"name": "not-exempt", "expression": "!object.metadata.name.startsWith('exempt')"}]}))]});
+    assert_eq!(c.post(VALIDATING, &fail).await.0, 201);
+    let with_case = |name: &str, case: &str| {
+        let mut o = cm(name, json!({}));
+        o["metadata"]["labels"]["case"] = json!(case);
+        o
+    };
+    let e = create_until(c, &with_case("f", "fail"), 500).await;
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.starts_with("Internal error occurred: failed calling webhook \"down-fail.example.com\": failed to call webhook: Post"), "{msg}");
+    create_until(c, &with_case("i", "ignore"), 201).await;
+    let started = std::time::Instant::now();
+    let e = create_until(c, &with_case("s", "slow"), 500).await;
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("context deadline exceeded"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the 1 s timeout held"
+    );
+    create_until(c, &with_case("exempt", "conditional"), 201).await;
+    create_until(c, &with_case("other", "conditional"), 500).await;
+
+    // Configurations are never sent to webhooks; deleting one stops it.
+    let (code, _) = c.delete(&format!("{VALIDATING}/down"), None).await;
+    assert_eq!(code, 200);
+    create_until(c, &with_case("f2", "fail"), 201).await;
+}
+
+cases! {
+    admission_webhooks, admission_webhooks_rkube, admission_webhooks_etcd;
+}
