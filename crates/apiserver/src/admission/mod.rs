@@ -9,6 +9,7 @@
 pub mod lifecycle;
 pub mod limits;
 pub mod node;
+pub mod policy;
 pub mod priority;
 pub mod quota;
 pub mod rbac;
@@ -94,6 +95,8 @@ pub struct Admission {
     pub plugins: Vec<Plugin>,
     /// Mutating and validating admission webhooks.
     pub webhooks: webhook::Webhooks,
+    /// ValidatingAdmissionPolicies and their bindings.
+    pub policies: policy::Policies,
     registries: Arc<Registries>,
     auth: Arc<Auth>,
     /// `--default-not-ready-toleration-seconds` / `--default-unreachable-toleration-seconds`.
@@ -133,6 +136,7 @@ impl Admission {
         Admission {
             plugins,
             webhooks: webhook::Webhooks::new(registries.clone()),
+            policies: policy::Policies::new(registries.clone()),
             registries,
             auth,
             toleration_seconds,
@@ -298,7 +302,8 @@ impl Admission {
             node::admit(user, a, obj, old, |ns, name| self.pod(ns, name))?;
         }
         rbac::admit(&self.auth, &self.registries, user, a, obj, old)?;
-        // Admission webhooks, then quota last (upstream's order).
+        // Admission policies, admission webhooks, then quota last (upstream's order).
+        self.admit_policies(user, a, obj, old, said)?;
         self.webhooks.validate(user, a, obj, old, said).await?;
         if a.operation == Operation::Create
             && self.has(Plugin::ResourceQuota)
@@ -308,6 +313,68 @@ impl Admission {
             self.charge(a.def, a.namespace, obj, a.dry_run).await?;
         }
         Ok(())
+    }
+
+    /// ValidatingAdmissionPolicies on a write.
+    fn admit_policies(
+        &self,
+        user: &UserInfo,
+        a: &Attributes<'_>,
+        obj: &Value,
+        old: Option<&Value>,
+        said: &mut webhook::Said,
+    ) -> Result<(), ApiError> {
+        let (new, old_obj) = match a.operation {
+            Operation::Delete => (None, Some(obj)),
+            _ => (Some(obj), old),
+        };
+        let request = || {
+            let operation = match a.operation {
+                Operation::Create => "CREATE",
+                Operation::Update => "UPDATE",
+                Operation::Delete => "DELETE",
+            };
+            let name = match (a.name, new) {
+                ("", Some(o)) => meta::name(o),
+                (n, _) => n,
+            };
+            webhook::review::request(
+                &webhook::review::Input {
+                    uid: "",
+                    group: a.def.group,
+                    version: a.def.version,
+                    kind: a.def.kind,
+                    resource: a.def.plural,
+                    subresource: a.subresource,
+                    name,
+                    namespace: a.namespace,
+                    operation,
+                    user,
+                    object: None,
+                    old_object: None,
+                    dry_run: a.dry_run,
+                },
+                "v1",
+            )["request"]
+                .clone()
+        };
+        let ns_object = || {
+            if a.namespace.is_empty() {
+                return None;
+            }
+            let reg = self.registries.get(&("", "namespaces"))?;
+            let (found, _) = reg.cache.as_ref()?.get(&reg.key("", a.namespace)).ok()?;
+            found.map(|o| o.value())
+        };
+        self.policies.validate(
+            user,
+            a,
+            obj,
+            old_obj.filter(|_| new.is_some()),
+            request,
+            ns_object,
+            &mut said.warnings,
+        )
     }
 
     /// The ServiceAccount plugin on a new pod (`serviceaccount`).

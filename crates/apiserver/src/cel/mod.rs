@@ -182,6 +182,35 @@ pub fn to_cel(v: &Value) -> Cel {
     }
 }
 
+/// A CEL value as JSON (what variables hold between expressions); values JSON cannot
+/// hold print as text.
+pub fn to_json(v: &Cel) -> Value {
+    match v {
+        Cel::Null => Value::Null,
+        Cel::Bool(b) => Value::Bool(*b),
+        Cel::Int(i) => Value::from(*i),
+        Cel::UInt(u) => Value::from(*u),
+        Cel::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Cel::String(s) => Value::String(s.to_string()),
+        Cel::List(l) => Value::Array(l.iter().map(to_json).collect()),
+        Cel::Map(m) => Value::Object(
+            m.map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Key::String(s) => s.to_string(),
+                        Key::Int(i) => i.to_string(),
+                        Key::Uint(u) => u.to_string(),
+                        Key::Bool(b) => b.to_string(),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        other => Value::String(format!("{other:?}")),
+    }
+}
+
 /// Evaluates `expr` with `vars` bound; the error is the evaluation's message (a missing key,
 /// a type mismatch, the cost budget).
 pub fn eval(expr: &Expr, vars: &[(&str, &Value)]) -> Result<Cel, String> {

@@ -58,6 +58,13 @@ fn validate_webhooks(obj: &Value, causes: &mut Vec<StatusCause>) {
         .enumerate()
     {
         let at = format!("webhooks[{n}]");
+        compile_all(
+            w,
+            "/matchConditions",
+            &format!("{at}.matchConditions"),
+            "expression",
+            causes,
+        );
         let name = w.get("name").and_then(Value::as_str).unwrap_or("");
         if name.is_empty() {
             causes.push(StatusCause::required(&format!("{at}.name")));
@@ -186,6 +193,28 @@ impl Strategy for ValidatingWebhookConfiguration {
     }
 }
 
+/// Every `field` expression of the list at `ptr` compiles (upstream's "compilation failed").
+fn compile_all(obj: &Value, ptr: &str, at: &str, field: &str, causes: &mut Vec<StatusCause>) {
+    for (i, item) in obj
+        .pointer(ptr)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(src) = item.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        if let Err(e) = crate::cel::compile(src) {
+            causes.push(StatusCause::invalid(
+                &format!("{at}[{i}].{field}"),
+                src,
+                &format!("compilation failed: {e}"),
+            ));
+        }
+    }
+}
+
 impl Strategy for ValidatingAdmissionPolicy {
     crate::typed_kind!(ar::ValidatingAdmissionPolicy);
 
@@ -226,6 +255,21 @@ impl Strategy for ValidatingAdmissionPolicy {
             .is_none()
         {
             causes.push(StatusCause::required("spec.matchConstraints.resourceRules"));
+        }
+        for (list, field) in [
+            ("validations", "expression"),
+            ("validations", "messageExpression"),
+            ("matchConditions", "expression"),
+            ("variables", "expression"),
+            ("auditAnnotations", "valueExpression"),
+        ] {
+            compile_all(
+                obj,
+                &format!("/spec/{list}"),
+                &format!("spec.{list}"),
+                field,
+                causes,
+            );
         }
     }
 

@@ -285,3 +285,115 @@ async fn admission_webhooks(c: &Cluster) {
 cases! {
     admission_webhooks, admission_webhooks_rkube, admission_webhooks_etcd;
 }
+
+const VAPS: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
+const BINDINGS: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}})
+}
+
+async fn admission_policies(c: &Cluster) {
+    // A param (a ConfigMap), a policy reading it, a binding that denies.
+    let limits = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "limits"}, "data": {"max": "3"}});
+    assert_eq!(c.post(CMS, &limits).await.0, 201);
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "max-replicas"},
+        "spec": {"failurePolicy": "Fail", "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+            "variables": [{"name": "limit", "expression": "int(params.data.max)"}],
+            "validations": [
+                {"expression": "object.spec.replicas <= variables.limit", "messageExpression": "'replicas must be at most ' + string(variables.limit)"},
+                {"expression": "!object.metadata.name.startsWith('bad')", "reason": "Forbidden"}]}});
+    let (code, v) = c.post(VAPS, &policy).await;
+    assert_eq!(code, 201, "{v}");
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "max-replicas-binding"},
+        "spec": {"policyName": "max-replicas", "validationActions": ["Deny"],
+            "paramRef": {"name": "limits", "namespace": "default", "parameterNotFoundAction": "Deny"}}});
+    assert_eq!(c.post(BINDINGS, &binding).await.0, 201);
+    let deploys = "/apis/apps/v1/namespaces/default/deployments";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        let (code, e) = c
+            .post(
+                deploys,
+                &deployment(&format!("big-{}", rand::random::<u16>()), 5),
+            )
+            .await;
+        if code == 422 {
+            break e;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{code} {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(e["message"], "ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-binding' denied request: replicas must be at most 3");
+    assert_eq!(c.post(deploys, &deployment("small", 2)).await.0, 201);
+    let (code, e) = c.post(deploys, &deployment("bad-name", 1)).await;
+    assert_eq!(code, 403, "{e}");
+    assert_eq!(e["message"], "ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-binding' denied request: failed expression: !object.metadata.name.startsWith('bad')");
+    // The param changes: so does the decision.
+    assert_eq!(
+        c.merge_patch(&format!("{CMS}/limits"), &json!({"data": {"max": "10"}}))
+            .await
+            .0,
+        200
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while c
+        .post(
+            deploys,
+            &deployment(&format!("mid-{}", rand::random::<u16>()), 5),
+        )
+        .await
+        .0
+        != 201
+    {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A Warn binding: allowed, with a warning.
+    let warn = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "labels"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "validations": [{"expression": "has(object.metadata.labels) && 'team' in object.metadata.labels", "message": "configmaps should say their team"}]}});
+    assert_eq!(c.post(VAPS, &warn).await.0, 201);
+    let wb = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "labels-warn"}, "spec": {"policyName": "labels", "validationActions": ["Warn"]}});
+    assert_eq!(c.post(BINDINGS, &wb).await.0, 201);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = reqwest::Client::new()
+            .post(format!("{}{CMS}", c.base))
+            .json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("w{}", rand::random::<u32>())}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 201);
+        let w = resp
+            .headers()
+            .get("warning")
+            .map(|w| w.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        if w.contains("Validation failed for ValidatingAdmissionPolicy 'labels' with binding 'labels-warn': configmaps should say their team") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{w:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Expressions that do not compile are refused with the policy.
+    let mut broken = warn.clone();
+    broken["metadata"]["name"] = json!("broken");
+    broken["spec"]["validations"][0]["expression"] = json!("object.metadata.(");
+    let (code, e) = c.post(VAPS, &broken).await;
+    assert_eq!(code, 422, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("spec.validations[0].expression: Invalid value: \"object.metadata.(\": compilation failed"), "{e}");
+}
+
+cases! {
+    admission_policies, admission_policies_rkube, admission_policies_etcd;
+}
