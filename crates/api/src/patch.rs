@@ -207,7 +207,10 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
             "test" => {
                 let v = value_of(op, i)?;
                 budget.place(path, &v)?;
-                if doc.pointer(path) != Some(&v) {
+                // A missing value tests equal to null, as upstream's json-patch (kube-rs's
+                // finalizer helper tests `/metadata/finalizers` against null).
+                let found = doc.pointer(path).unwrap_or(&Value::Null);
+                if *found != v {
                     return Err(invalid(format!("testing value {path} failed: test failed")));
                 }
             }
@@ -346,6 +349,7 @@ mod tests {
                 {"op": "add", "path": "/spec/list/0", "value": 0},
                 {"op": "remove", "path": "/metadata/labels/a~1b"},
                 {"op": "test", "path": "/spec/replicas", "value": 3},
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
                 {"op": "copy", "from": "/spec/replicas", "path": "/spec/copy"},
                 {"op": "move", "from": "/spec/copy", "path": "/spec/moved"}
             ]),

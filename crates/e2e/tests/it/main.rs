@@ -6,6 +6,7 @@ mod crds;
 mod flows;
 mod hostile;
 mod kubectl;
+mod operator;
 mod resilience;
 mod streaming;
 mod workloads;
