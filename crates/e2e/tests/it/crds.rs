@@ -204,3 +204,35 @@ async fn custom_resources_through_kubectl() {
         "objects of the deleted CRD came back: {left}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_client_uses_custom_objects() {
+    let Some(python) = crate::streaming::python_client() else {
+        eprintln!("SKIPPED: no Python 3 with pip and PyPI to install the kubernetes client");
+        return;
+    };
+    let c = Cluster::start(Opts::default()).await;
+    let out = std::process::Command::new(python)
+        .arg(rkube_e2e::workspace_root().join("crates/e2e/testdata/python-crd.py"))
+        .arg(&c.kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "ESTABLISHED\n",
+        "CREATED g1 1\n",
+        "GOT g1\n",
+        "LISTED ['g1']\n",
+        "PATCHED 4 2\n",
+        "STATUS True 2\n",
+        "WATCHED MODIFIED\n",
+        "DELETED 404\n",
+    ] {
+        contains(&text, line);
+    }
+}

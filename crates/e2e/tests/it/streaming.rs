@@ -423,7 +423,7 @@ async fn exec_and_port_forward_reach_the_simulated_containers() {
 
 /// A virtualenv with the official Python client (`kubernetes` from PyPI) under `target/`,
 /// made once; `None` (the test skips, saying why) where Python or PyPI is unavailable.
-fn python_client() -> Option<std::path::PathBuf> {
+pub(crate) fn python_client() -> Option<std::path::PathBuf> {
     let venv = rkube_e2e::workspace_root().join("target/python-client");
     let python = venv.join("bin/python");
     let ready = |p: &std::path::Path| {
