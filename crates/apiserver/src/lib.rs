@@ -343,6 +343,7 @@ pub async fn run(
             cache: config.cache.clone(),
             duplex,
             event_ttl: config.event_ttl,
+            caller: Some(admission.webhooks.caller()),
         })
         .run(shutdown.clone()),
     );

@@ -39,7 +39,9 @@ impl CachedObject {
             return Err(format!("decoding {key}: not a JSON object"));
         }
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
-        strategy.storage_to_served(&mut obj);
+        strategy
+            .storage_to_served(&mut obj)
+            .map_err(|e| format!("converting {key}: {e}"))?;
         Ok(Self::from_value(strategy, key, &obj, rv))
     }
 

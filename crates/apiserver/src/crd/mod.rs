@@ -43,6 +43,8 @@ pub struct Controller {
     pub cache: CacheConfig,
     pub duplex: bool,
     pub event_ttl: Duration,
+    /// Calls conversion webhooks.
+    pub caller: Option<Arc<crate::admission::webhook::client::Caller>>,
 }
 
 /// Each version's registry and whether it is served, the storage version first.
@@ -258,7 +260,7 @@ impl Controller {
         let mut regs = Vec::new();
         for (v, is_served) in versions {
             let def = custom::resource_def(crd, &v).ok_or("incomplete names")?;
-            let mut kind = CustomKind::new(crd, &v)?;
+            let mut kind = CustomKind::new(crd, &v, self.caller.clone())?;
             kind.terminating = terminating;
             let strategy = StrategyRef::Custom(Arc::new(kind));
             let cache = Cacher::new(

@@ -36,12 +36,13 @@ const DEFAULT_CPU: i64 = 80;
 impl Strategy for HorizontalPodAutoscalerV1 {
     crate::typed_kind!(rkube_api::k8s::api::autoscaling::v1::HorizontalPodAutoscaler);
 
-    fn storage_to_served(&self, obj: &mut Value) {
+    fn storage_to_served(&self, obj: &mut Value) -> Result<(), String> {
         *obj = to_v1(obj);
+        Ok(())
     }
 
-    fn served_to_storage(&self, obj: &Value) -> Option<Value> {
-        Some(to_v2(obj))
+    fn served_to_storage(&self, obj: &Value) -> Result<Option<Value>, String> {
+        Ok(Some(to_v2(obj)))
     }
 
     fn defaults(&self, obj: &mut Value) {

@@ -172,14 +172,15 @@ pub fn to_core(obj: &mut Value) {
 impl Strategy for EventsV1 {
     crate::typed_kind!(rkube_api::k8s::api::events::v1::Event);
 
-    fn storage_to_served(&self, obj: &mut Value) {
+    fn storage_to_served(&self, obj: &mut Value) -> Result<(), String> {
         to_events_v1(obj);
+        Ok(())
     }
 
-    fn served_to_storage(&self, obj: &Value) -> Option<Value> {
+    fn served_to_storage(&self, obj: &Value) -> Result<Option<Value>, String> {
         let mut core = obj.clone();
         to_core(&mut core);
-        Some(core)
+        Ok(Some(core))
     }
 
     fn allow_create_on_update(&self) -> bool {

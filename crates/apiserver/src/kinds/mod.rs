@@ -72,11 +72,13 @@ pub trait Strategy: Send + Sync {
 
     /// A stored object as this resource serves it, when the resource is a view of another
     /// version's storage (events.k8s.io Events are stored as core Events).
-    fn storage_to_served(&self, _obj: &mut Value) {}
+    fn storage_to_served(&self, _obj: &mut Value) -> Result<(), String> {
+        Ok(())
+    }
 
     /// The storage form of an object of this resource; None when it is stored as served.
-    fn served_to_storage(&self, _obj: &Value) -> Option<Value> {
-        None
+    fn served_to_storage(&self, _obj: &Value) -> Result<Option<Value>, String> {
+        Ok(None)
     }
 
     /// Upstream's defaulting (`SetDefaults_*`), on every create and update.

@@ -303,16 +303,34 @@ impl Registry {
     /// storage version when this resource is another version's view (events.k8s.io Events).
     pub fn decode(&self, s: &crate::storage::Stored) -> Result<Value, ApiError> {
         let mut v = crate::storage::decode(s)?;
-        self.strategy.storage_to_served(&mut v);
+        self.strategy
+            .storage_to_served(&mut v)
+            .map_err(|e| self.conversion_failed(&e))?;
         Ok(v)
     }
 
     /// An object's stored bytes, converted to the storage version first where needed.
-    pub fn encode(&self, obj: &Value) -> Vec<u8> {
-        match self.strategy.served_to_storage(obj) {
-            Some(stored) => crate::storage::encode(&stored),
-            None => crate::storage::encode(obj),
-        }
+    pub fn encode(&self, obj: &Value) -> Result<Vec<u8>, ApiError> {
+        Ok(
+            match self
+                .strategy
+                .served_to_storage(obj)
+                .map_err(|e| self.conversion_failed(&e))?
+            {
+                Some(stored) => crate::storage::encode(&stored),
+                None => crate::storage::encode(obj),
+            },
+        )
+    }
+
+    /// A conversion between versions that failed (a conversion webhook down): 500, as
+    /// upstream's `conversion webhook for <gvk> failed: …`.
+    fn conversion_failed(&self, why: &str) -> ApiError {
+        ApiError::internal(format!(
+            "conversion webhook for {}, Kind={} failed: {why}",
+            self.def.api_version(),
+            self.def.kind
+        ))
     }
 
     /// Undeclared fields of an object of this kind, as strict decoding reports them (at most

@@ -255,7 +255,7 @@ impl Registry {
             let key = self.key(ns, meta::name(&obj));
             match self
                 .storage
-                .create(&key, self.encode(&obj), lease)
+                .create(&key, self.encode(&obj)?, lease)
                 .await
                 .map_err(self.serr("create"))?
             {
@@ -340,7 +340,7 @@ impl Registry {
     ) -> Result<Result<(Value, bool), Option<crate::storage::Stored>>, ApiError> {
         match decision {
             Decision::Write(new) => {
-                let bytes = self.encode(&new);
+                let bytes = self.encode(&new)?;
                 if bytes == cur_s.value || dry_run {
                     return Ok(Ok((if dry_run { new } else { cur }, false)));
                 }

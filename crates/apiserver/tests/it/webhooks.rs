@@ -78,6 +78,28 @@ async fn webhook_server() -> (u16, String, tempfile::TempDir) {
             }),
         )
         .route(
+            "/convert",
+            post(|Json(r): Json<Value>| async move {
+                // v1 stores spec.size; v2 calls it spec.count.
+                let want = r["request"]["desiredAPIVersion"].as_str().unwrap_or("").to_string();
+                let objects: Vec<Value> = r["request"]["objects"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|mut o| {
+                        let spec = o["spec"].as_object().cloned().unwrap_or_default();
+                        let n = spec.get("size").or(spec.get("count")).cloned().unwrap_or(json!(0));
+                        o["spec"] = if want.ends_with("/v2") { json!({"count": n}) } else { json!({"size": n}) };
+                        o["apiVersion"] = json!(want);
+                        o
+                    })
+                    .collect();
+                Json(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                    "response": {"uid": r["request"]["uid"], "convertedObjects": objects, "result": {"status": "Success"}}}))
+            }),
+        )
+        .route(
             "/slow",
             post(|Json(r): Json<Value>| async move {
                 tokio::time::sleep(Duration::from_secs(3)).await;
@@ -394,6 +416,63 @@ async fn admission_policies(c: &Cluster) {
     assert!(e["message"].as_str().unwrap().contains("spec.validations[0].expression: Invalid value: \"object.metadata.(\": compilation failed"), "{e}");
 }
 
+async fn conversion_webhooks(c: &Cluster) {
+    let (port, ca, _dir) = webhook_server().await;
+    let schema = |field: &str| json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {field: {"type": "integer"}}}}}});
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "boxes.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "boxes", "kind": "Box"},
+            "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/convert"), "caBundle": ca}}},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "schema": schema("size")},
+                {"name": "v2", "served": true, "storage": false, "schema": schema("count")}]}});
+    crate::crds::establish(c, &crd).await;
+    let v1 = "/apis/example.com/v1/namespaces/default/boxes";
+    let v2 = "/apis/example.com/v2/namespaces/default/boxes";
+    let rv = c.get(v2).await.1["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let mut watch = c.watch(&format!("{v2}?watch=1&resourceVersion={rv}")).await;
+    let (code, made) = c.post(v2, &json!({"apiVersion": "example.com/v2", "kind": "Box", "metadata": {"name": "b1"}, "spec": {"count": 3}})).await;
+    assert_eq!(code, 201, "{made}");
+    assert_eq!(
+        (made["apiVersion"].as_str(), made["spec"]["count"].as_i64()),
+        (Some("example.com/v2"), Some(3)),
+        "{made}"
+    );
+    let (_, stored) = c.get(&format!("{v1}/b1")).await;
+    assert_eq!(
+        stored["spec"],
+        json!({"size": 3}),
+        "stored in the storage version"
+    );
+    let (_, listed) = c.get(v2).await;
+    assert_eq!(listed["items"][0]["spec"], json!({"count": 3}), "{listed}");
+    let ev = watch
+        .until(Duration::from_secs(5), |e| e["type"] == "ADDED")
+        .await;
+    assert_eq!(ev["object"]["spec"], json!({"count": 3}));
+    let (code, patched) = c
+        .merge_patch(&format!("{v2}/b1"), &json!({"spec": {"count": 7}}))
+        .await;
+    assert_eq!(
+        (code, patched["spec"]["count"].as_i64()),
+        (200, Some(7)),
+        "{patched}"
+    );
+    assert_eq!(
+        c.get(&format!("{v1}/b1")).await.1["spec"],
+        json!({"size": 7})
+    );
+    let (_, crd_now) = c
+        .get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/boxes.example.com")
+        .await;
+    assert_eq!(crd_now["status"]["storedVersions"], json!(["v1"]));
+}
+
 cases! {
+    conversion_webhooks, conversion_webhooks_rkube, conversion_webhooks_etcd;
     admission_policies, admission_policies_rkube, admission_policies_etcd;
 }

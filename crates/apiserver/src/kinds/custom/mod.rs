@@ -5,6 +5,7 @@
 //! anything but metadata and (with the status subresource) status; printer columns and
 //! selectable fields come from the CRD.
 
+pub mod convert;
 pub mod jsonpath;
 pub mod rules;
 pub mod schema;
@@ -38,6 +39,7 @@ pub struct CustomKind {
     selectable: &'static [&'static str],
     /// The definition is being deleted: no new objects.
     pub terminating: bool,
+    conversion: std::sync::Arc<convert::Conversion>,
 }
 
 /// The version entry of `crd` named `version`.
@@ -125,7 +127,11 @@ fn field_name(json_path: &str) -> String {
 impl CustomKind {
     /// The strategy of `version` of `crd`; an error when the CRD cannot be served (its
     /// validation keeps that from being stored).
-    pub fn new(crd: &Value, version: &str) -> Result<CustomKind, String> {
+    pub fn new(
+        crd: &Value,
+        version: &str,
+        caller: Option<std::sync::Arc<crate::admission::webhook::client::Caller>>,
+    ) -> Result<CustomKind, String> {
         let group = crd
             .pointer("/spec/group")
             .and_then(Value::as_str)
@@ -209,6 +215,7 @@ impl CustomKind {
             columns,
             selectable: intern::strs(&selectable.iter().map(String::as_str).collect::<Vec<_>>()),
             terminating: false,
+            conversion: std::sync::Arc::new(convert::Conversion::of(crd, caller)),
         })
     }
 
@@ -247,20 +254,22 @@ impl Strategy for CustomKind {
 
     fn schema(&self, _gen: &mut SchemaGenerator) {}
 
-    fn storage_to_served(&self, obj: &mut Value) {
-        if let Some(m) = obj.as_object_mut() {
-            m.insert("apiVersion".into(), json!(self.api_version));
-        }
+    /// Stored objects may be in any version (the storage version changes): converted to
+    /// the one served, then defaulted.
+    fn storage_to_served(&self, obj: &mut Value) -> Result<(), String> {
+        self.conversion.convert(obj, &self.api_version)?;
         schema::default(&self.schema, obj);
+        Ok(())
     }
 
-    fn served_to_storage(&self, obj: &Value) -> Option<Value> {
+    fn served_to_storage(&self, obj: &Value) -> Result<Option<Value>, String> {
         if self.api_version == self.storage_api_version {
-            return None;
+            return Ok(None);
         }
         let mut stored = obj.clone();
-        stored["apiVersion"] = json!(self.storage_api_version);
-        Some(stored)
+        self.conversion
+            .convert(&mut stored, &self.storage_api_version)?;
+        Ok(Some(stored))
     }
 
     fn defaults(&self, obj: &mut Value) {
@@ -413,7 +422,7 @@ mod tests {
         assert_eq!(def.singular, "widget");
         assert_eq!(def.subresources, ["status", "scale"]);
         assert!(std::ptr::eq(def, resource_def(&crd, "v1").unwrap()));
-        let k = CustomKind::new(&crd, "v1").unwrap();
+        let k = CustomKind::new(&crd, "v1", None).unwrap();
         let mut w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"color": "red", "bogus": 1}, "status": {"replicas": 2}});
         k.defaults(&mut w);
@@ -437,13 +446,13 @@ mod tests {
             k.scale_paths().unwrap().selector.as_deref(),
             Some("/status/selector")
         );
-        let beta = CustomKind::new(&crd, "v1beta1").unwrap();
+        let beta = CustomKind::new(&crd, "v1beta1", None).unwrap();
         assert_eq!(
-            beta.served_to_storage(&w).unwrap()["apiVersion"],
+            beta.served_to_storage(&w).unwrap().unwrap()["apiVersion"],
             "example.com/v1"
         );
         let mut read = w.clone();
-        beta.storage_to_served(&mut read);
+        beta.storage_to_served(&mut read).unwrap();
         assert_eq!(read["apiVersion"], "example.com/v1beta1");
     }
 }
