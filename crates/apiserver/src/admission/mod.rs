@@ -113,8 +113,11 @@ pub struct ForUser<'a> {
 
 impl ForUser<'_> {
     /// The warnings admission had for this request.
+    /// Each once, in order (a retried write is admitted again, as upstream).
     pub fn warnings(&self) -> Vec<String> {
-        std::mem::take(&mut self.said.lock().unwrap_or_else(|e| e.into_inner()).warnings)
+        let all = std::mem::take(&mut self.said.lock().unwrap_or_else(|e| e.into_inner()).warnings);
+        let mut seen = std::collections::HashSet::new();
+        all.into_iter().filter(|w| seen.insert(w.clone())).collect()
     }
 
     fn record(&self, said: webhook::Said) {

@@ -25,6 +25,8 @@ const GROUP: &str = "admissionregistration.k8s.io";
 /// Resource rules with names and exclusions, and the selectors.
 #[derive(Default)]
 struct Match {
+    /// `matchPolicy: Equivalent` (the default).
+    equivalent: bool,
     rules: Vec<(Rule, Vec<String>)>,
     excluded: Vec<(Rule, Vec<String>)>,
     namespace_selector: Option<LabelSelector>,
@@ -57,6 +59,9 @@ struct Binding {
     deny: bool,
     warn: bool,
 }
+
+/// The policies and bindings in force.
+type Loaded = (Arc<Vec<Policy>>, Arc<Vec<Binding>>);
 
 #[derive(Default)]
 struct Snapshot {
@@ -111,6 +116,7 @@ fn never() -> LabelSelector {
 
 fn parse_match(v: &Value) -> Match {
     Match {
+        equivalent: v.get("matchPolicy").and_then(Value::as_str) != Some("Exact"),
         rules: rules(v.get("resourceRules")),
         excluded: rules(v.get("excludeResourceRules")),
         namespace_selector: selector(v.get("namespaceSelector")),
@@ -223,7 +229,8 @@ impl Match {
     ) -> bool {
         let hit = |list: &[(Rule, Vec<String>)]| {
             list.iter().any(|(rule, names)| {
-                rule.matches(r) && (names.is_empty() || names.iter().any(|n| n == name))
+                rule.matches_policy(r, self.equivalent)
+                    && (names.is_empty() || names.iter().any(|n| n == name))
             })
         };
         if (rules_required || !self.rules.is_empty()) && !hit(&self.rules) {
@@ -265,7 +272,7 @@ impl Policies {
         }
     }
 
-    fn current(&self) -> (Arc<Vec<Policy>>, Arc<Vec<Binding>>) {
+    fn current(&self) -> Result<Loaded, ApiError> {
         let caches = [
             "validatingadmissionpolicies",
             "validatingadmissionpolicybindings",
@@ -275,6 +282,11 @@ impl Policies {
                 .get(&(GROUP, p))
                 .and_then(|r| r.cache.clone())
         });
+        if caches.iter().flatten().any(|c| !c.is_ready()) {
+            return Err(ApiError::forbidden_path(
+                "not yet ready to handle request".into(),
+            ));
+        }
         let versions = (
             caches[0].as_ref().map_or(0, |c| c.content_version()),
             caches[1].as_ref().map_or(0, |c| c.content_version()),
@@ -289,7 +301,7 @@ impl Policies {
             snap.bindings = Arc::new(bindings);
             snap.versions = Some(versions);
         }
-        (snap.policies.clone(), snap.bindings.clone())
+        Ok((snap.policies.clone(), snap.bindings.clone()))
     }
 
     /// The params a binding selects for a request.
@@ -359,7 +371,7 @@ impl Policies {
         if a.def.group == GROUP {
             return Ok(());
         }
-        let (policies, bindings) = self.current();
+        let (policies, bindings) = self.current()?;
         if bindings.is_empty() {
             return Ok(());
         }

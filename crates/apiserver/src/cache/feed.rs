@@ -80,6 +80,7 @@ async fn list_all(c: &Cacher) -> Result<(BTreeMap<String, Arc<CachedObject>>, u6
                 Ok(o) => {
                     objects.insert(key, Arc::new(o));
                 }
+                Err(e) if conversion_failed(&e) => return Err(EtcdError::Decode(e)),
                 Err(e) => {
                     tracing::warn!(resource = c.def.plural, error = %e, "skipping undecodable object")
                 }
@@ -199,7 +200,17 @@ async fn watch(
                 continue;
             }
             for e in resp.events {
-                let Some(ev) = convert(c, e) else { continue };
+                let ev = match convert(c, e) {
+                    Ok(Some(ev)) => ev,
+                    Ok(None) => continue,
+                    Err(why) => {
+                        // A conversion webhook failed: serve nothing stale or partial; the
+                        // re-list fails (not ready) until conversions work again.
+                        tracing::warn!(resource = c.def.plural, error = %why, "watch cache conversion failed, re-listing");
+                        c.set_not_ready();
+                        return End::Relist;
+                    }
+                };
                 if ev.rv <= list_rv {
                     if replaying {
                         replayed = Some(replayed.unwrap_or(0).max(ev.rv));
@@ -237,53 +248,71 @@ fn finish_replay(c: &Cacher, start: i64) {
     c.set_oldest(oldest);
 }
 
-fn convert(c: &Cacher, e: Event) -> Option<CachedEvent> {
-    let kv = e.kv?;
+/// Whether a decode failed for a conversion between versions (a webhook's), not the bytes.
+fn conversion_failed(e: &str) -> bool {
+    e.starts_with(crate::cache::object::CONVERSION_FAILED)
+}
+
+/// A storage event as the cache keeps it; `Err` when converting it between versions failed.
+fn convert(c: &Cacher, e: Event) -> Result<Option<CachedEvent>, String> {
+    let Some(kv) = e.kv else { return Ok(None) };
     let key = String::from_utf8_lossy(&kv.key).into_owned();
     let rv = kv.mod_revision as u64;
-    let prev = e.prev_kv.and_then(|p| {
-        let value = c
-            .storage
-            .decrypt(&p.key, p.value)
-            .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecryptable previous object"))
-            .ok()?;
-        CachedObject::decode(&*c.strategy, key.clone(), &value, p.mod_revision as u64)
-            .map_err(|err| tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object"))
-            .ok()
-            .map(Arc::new)
-    });
+    let prev = match e.prev_kv {
+        None => None,
+        Some(p) => match c.storage.decrypt(&p.key, p.value) {
+            Err(err) => {
+                tracing::warn!(resource = c.def.plural, error = %err, "undecryptable previous object");
+                None
+            }
+            Ok(value) => {
+                match CachedObject::decode(&*c.strategy, key.clone(), &value, p.mod_revision as u64)
+                {
+                    Ok(o) => Some(Arc::new(o)),
+                    Err(err) if conversion_failed(&err) => return Err(err),
+                    Err(err) => {
+                        tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object");
+                        None
+                    }
+                }
+            }
+        },
+    };
     match e.kind {
         EventType::Delete => {
-            let last = prev.or_else(|| c.get(&key).ok().and_then(|(o, _)| o))?;
-            Some(CachedEvent::new(
+            let Some(last) = prev.or_else(|| c.get(&key).ok().and_then(|(o, _)| o)) else {
+                return Ok(None);
+            };
+            Ok(Some(CachedEvent::new(
                 Ev::Deleted,
                 rv,
                 Arc::new(last.with_rv(rv)),
                 None,
-            ))
+            )))
         }
         EventType::Put => {
             let value = match c.storage.decrypt(&kv.key, kv.value) {
                 Ok(v) => v,
                 Err(err) => {
                     tracing::warn!(resource = c.def.plural, error = %err, "skipping undecryptable object");
-                    return None;
+                    return Ok(None);
                 }
             };
             let obj = match CachedObject::decode(&*c.strategy, key, &value, rv) {
                 Ok(o) => Arc::new(o),
+                Err(err) if conversion_failed(&err) => return Err(err),
                 Err(err) => {
                     tracing::warn!(resource = c.def.plural, error = %err, "skipping undecodable object");
-                    return None;
+                    return Ok(None);
                 }
             };
             let created = kv.create_revision == kv.mod_revision || prev.is_none();
-            Some(CachedEvent::new(
+            Ok(Some(CachedEvent::new(
                 if created { Ev::Added } else { Ev::Modified },
                 rv,
                 obj,
                 if created { None } else { prev },
-            ))
+            )))
         }
     }
 }

@@ -9,6 +9,9 @@ use rkube_api::{meta, FieldSelector, LabelSelector, ResourceDef};
 use crate::kinds::Strategy;
 use serde_json::Value;
 
+/// How a decode error caused by a failed conversion between versions starts.
+pub const CONVERSION_FAILED: &str = "converting";
+
 /// One object as the cache keeps it. The JSON is the wire form (RV included), so GET, LIST
 /// and WATCH copy bytes instead of serializing. Labels and selectable fields are kept compact
 /// (one allocation each) so an object costs little beyond its JSON.
@@ -41,7 +44,7 @@ impl CachedObject {
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
         strategy
             .storage_to_served(&mut obj)
-            .map_err(|e| format!("converting {key}: {e}"))?;
+            .map_err(|e| format!("{CONVERSION_FAILED} {key}: {e}"))?;
         Ok(Self::from_value(strategy, key, &obj, rv))
     }
 

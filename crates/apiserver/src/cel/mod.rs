@@ -5,9 +5,11 @@
 //! `find`/`findAll`, `url`, `quantity`, `ip`/`cidr`.
 //!
 //! Cost is bounded as upstream bounds it, in our own terms: an expression is at most
-//! [`MAX_SOURCE`] bytes and nests comprehensions at most [`MAX_NESTING`] deep, and before a
-//! rule runs, (the values it sees) ^ (its nesting) must stay under [`COST_BUDGET`] — so no
-//! rule can run away whatever the object holds.
+//! [`MAX_SOURCE`] bytes, nests comprehensions at most [`MAX_NESTING`] deep (counted on the
+//! compiled tree, so however the macros are spelled), builds no lists from nothing
+//! (`lists.range`) and grows no string quadratically (`replace('', …)`); and before a rule
+//! runs, (the values it sees, long strings by their length) ^ (its nesting + 1) must stay
+//! under [`COST_BUDGET`] — so no rule can run away whatever the object holds.
 
 pub mod lib;
 
@@ -22,8 +24,8 @@ use serde_json::Value;
 pub const MAX_SOURCE: usize = 16 * 1024;
 /// The deepest nesting of comprehensions (`all`, `exists`, `map`, `filter`, …).
 pub const MAX_NESTING: usize = 3;
-/// Upstream's per-call cost limit.
-pub const COST_BUDGET: f64 = 1_000_000.0;
+/// The estimated work one evaluation may do: (values seen) ^ (nesting + 1).
+pub const COST_BUDGET: f64 = 10_000_000.0;
 
 fn env() -> Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
@@ -56,50 +58,59 @@ impl std::fmt::Debug for Expr {
     }
 }
 
-/// How deeply comprehension macros nest in `source` (by their calls' parentheses).
-fn nesting(source: &str) -> usize {
-    const MACROS: [&str; 6] = [
-        ".all(",
-        ".exists(",
-        ".exists_one(",
-        ".map(",
-        ".filter(",
-        ".sortBy(",
-    ];
-    let b = source.as_bytes();
-    let mut depth_stack: Vec<bool> = Vec::new();
-    let (mut open, mut max) = (0usize, 0usize);
-    let mut i = 0;
-    let mut quote: Option<u8> = None;
-    while i < b.len() {
-        let c = b[i];
-        if let Some(q) = quote {
-            if c == b'\\' {
-                i += 2;
-                continue;
-            }
-            if c == q {
-                quote = None;
-            }
-            i += 1;
-            continue;
-        }
-        match c {
-            b'"' | b'\'' => quote = Some(c),
-            b'(' => {
-                let is_macro = MACROS.iter().any(|m| source[..=i].ends_with(m));
-                depth_stack.push(is_macro);
-                if is_macro {
-                    open += 1;
-                    max = max.max(open);
-                }
-            }
-            b')' if depth_stack.pop() == Some(true) => open = open.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
+/// How deeply comprehensions nest in a compiled expression (macros expand to
+/// comprehension nodes, however they were spelled), and the first call it refuses: list
+/// ranges (`lists.range`, which build lists from nothing) and `replace` with an empty
+/// literal pattern (which grows a string quadratically).
+fn shape(e: &cel::IdedExpr, depth: usize, deepest: &mut usize, refused: &mut Option<String>) {
+    use cel::common::ast::{EntryExpr, Expr as E, LiteralValue};
+    if depth > 64 {
+        *refused = Some("expression nests too deeply".into());
+        return;
     }
-    max
+    *deepest = (*deepest).max(depth);
+    match &e.expr {
+        E::Call(c) => {
+            let empty_literal = |x: &cel::IdedExpr| matches!(&x.expr, E::Literal(LiteralValue::String(s)) if s.is_empty());
+            if c.func_name.ends_with("range") {
+                *refused = Some(format!("{} is not supported", c.func_name));
+            }
+            if c.func_name == "replace" && c.args.first().is_some_and(empty_literal) {
+                *refused = Some("replace with an empty pattern is not supported".into());
+            }
+            if let Some(t) = &c.target {
+                shape(t, depth, deepest, refused);
+            }
+            for a in &c.args {
+                shape(a, depth, deepest, refused);
+            }
+        }
+        E::Comprehension(c) => {
+            shape(&c.iter_range, depth, deepest, refused);
+            shape(&c.accu_init, depth, deepest, refused);
+            for body in [&c.loop_cond, &c.loop_step, &c.result] {
+                shape(body, depth + 1, deepest, refused);
+            }
+        }
+        E::List(l) => l
+            .elements
+            .iter()
+            .for_each(|x| shape(x, depth, deepest, refused)),
+        E::Map(m) => m.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => {
+                shape(&m.key, depth, deepest, refused);
+                shape(&m.value, depth, deepest, refused);
+            }
+            EntryExpr::StructField(f) => shape(&f.value, depth, deepest, refused),
+        }),
+        E::Struct(st) => st.entries.iter().for_each(|x| {
+            if let EntryExpr::StructField(f) = &x.expr {
+                shape(&f.value, depth, deepest, refused)
+            }
+        }),
+        E::Select(sel) => shape(&sel.operand, depth, deepest, refused),
+        E::Ident(_) | E::Literal(_) | E::Unspecified => {}
+    }
 }
 
 /// Compiles `source`; the error is what upstream's `compilation failed: …` carries.
@@ -107,15 +118,19 @@ pub fn compile(source: &str) -> Result<Expr, String> {
     if source.len() > MAX_SOURCE {
         return Err(format!("expression is longer than {MAX_SOURCE} bytes"));
     }
-    let nesting = nesting(source);
+    let program = env()
+        .compile(source)
+        .map_err(|e| format!("ERROR: <input>: {}", e.to_string().trim()))?;
+    let (mut nesting, mut refused) = (0, None);
+    shape(program.expression(), 0, &mut nesting, &mut refused);
+    if let Some(why) = refused {
+        return Err(why);
+    }
     if nesting > MAX_NESTING {
         return Err(format!(
             "estimated rule cost exceeds budget: comprehensions nest {nesting} deep (at most {MAX_NESTING})"
         ));
     }
-    let program = env()
-        .compile(source)
-        .map_err(|e| format!("ERROR: <input>: {}", e.to_string().trim()))?;
     Ok(Expr {
         program,
         nesting,
@@ -154,6 +169,8 @@ fn values_in(v: &Value, limit: usize) -> usize {
                 n += m.len();
                 stack.extend(m.values());
             }
+            // Long strings cost as their length does (a comparison reads them whole).
+            Value::String(s) => n += s.len() / 16,
             _ => {}
         }
     }
@@ -219,7 +236,8 @@ pub fn eval(expr: &Expr, vars: &[(&str, &Value)]) -> Result<Cel, String> {
         .map(|(_, v)| values_in(v, COST_BUDGET as usize))
         .sum::<usize>()
         .max(1);
-    let cost = (size as f64).powi(expr.nesting.max(1) as i32);
+    // The work inside the innermost loop may itself be linear (`x in self.items`).
+    let cost = (size as f64).powi(expr.nesting as i32 + 1);
     if cost > COST_BUDGET {
         return Err(format!(
             "operation cancelled: actual cost limit exceeded (about {cost:.0} for a budget of {COST_BUDGET:.0})"
@@ -298,6 +316,16 @@ mod tests {
         let big = json!((0..5000).collect::<Vec<_>>());
         let e = run("self.all(x, self.all(y, x + y >= 0))", big).unwrap_err();
         assert!(e.contains("cost limit exceeded"), "{e}");
-        assert_eq!(nesting("self.map(x, 'a(b').filter(y, true)"), 1);
+        assert!(
+            compile("self.all (x, self.all (y, self.all (z, self.existsOne (w, true))))").is_err()
+        );
+        assert!(compile("lists.range(1000000).all(x, true)").is_err());
+        assert!(compile("self.s.replace('', self.s) == ''").is_err());
+        assert_eq!(
+            compile("self.map(x, 'a(b').filter(y, true)")
+                .unwrap()
+                .nesting,
+            1
+        );
     }
 }

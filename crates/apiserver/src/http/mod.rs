@@ -236,6 +236,10 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
             .unwrap_or_else(|e| error_response(&e)),
         Err(e) => error_response(&e),
     };
+    let resp = match registry.strategy.deprecation() {
+        Some(w) => with_warnings(resp, &[w]),
+        None => resp,
+    };
     state.metrics.observe(
         info.verb,
         registry.def.plural,

@@ -51,15 +51,15 @@ pub async fn evict(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     opts.dry_run |= dry;
     admit_subresource(s, "eviction", &eviction, opts.dry_run).await?;
     charge_budget(s, opts.dry_run).await?;
-    let admission = s.admission();
-    s.reg
-        .delete(
-            s.ns,
-            s.name(),
-            &opts,
-            s.write(&admission, opts.dry_run, None),
-        )
-        .await?;
+    // The eviction was admitted; the pod's deletion is not admitted again (upstream deletes
+    // with ValidateAllObjectFunc), so a webhook refusing pod deletes does not block drains.
+    let w = crate::registry::Write {
+        admit: &crate::registry::Unadmitted,
+        dry_run: opts.dry_run,
+        manager: None,
+        verb: "delete",
+    };
+    s.reg.delete(s.ns, s.name(), &opts, w).await?;
     Ok(status(201))
 }
 

@@ -204,6 +204,12 @@ pub trait Strategy: Send + Sync {
         true
     }
 
+    /// The warning every request to this version carries (a deprecated custom resource
+    /// version's `deprecationWarning`).
+    fn deprecation(&self) -> Option<String> {
+        None
+    }
+
     /// Strategic merge patches apply (built-in kinds; custom resources refuse them).
     fn strategic_merge(&self) -> bool {
         true

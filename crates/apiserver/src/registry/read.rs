@@ -223,15 +223,22 @@ impl Registry {
                     more_left = true;
                     break;
                 }
-                if let Ok(o) = CachedObject::decode(
+                match CachedObject::decode(
                     &*self.strategy,
                     key.clone(),
                     &s.value,
                     s.mod_revision as u64,
                 ) {
-                    if filter.matches(&o) {
-                        items.push(o.json.clone());
+                    Ok(o) => {
+                        if filter.matches(&o) {
+                            items.push(o.json.clone());
+                        }
                     }
+                    // A conversion webhook down: a 500, never a list missing objects.
+                    Err(e) if e.starts_with(crate::cache::object::CONVERSION_FAILED) => {
+                        return Err(ApiError::internal(e));
+                    }
+                    Err(_) => {}
                 }
                 last_key = Some(key);
                 if i + 1 == n && page.more {

@@ -209,7 +209,15 @@ impl Registry {
         }
         let name = meta::name(&obj).to_string();
         let attrs = self.attributes(&w, Operation::Create, None, ns, &name);
+        // Admission sees the object defaulted, as upstream's decoder defaults it first.
+        self.strategy.defaults(&mut obj);
         w.admit.mutate(&attrs, &mut obj, None).await?;
+        if meta::name(&obj) != name || meta::namespace(&obj) != ns {
+            // A mutating webhook may not move the object (upstream's BeforeCreate).
+            return Err(ApiError::bad_request(
+                "the name or namespace of the object was changed by admission",
+            ));
+        }
         meta::set_meta(&mut obj, "uid", json!(meta::new_uid(&mut rng)));
         meta::set_meta(&mut obj, "creationTimestamp", json!(meta::now_rfc3339()));
         meta::remove_meta(&mut obj, "deletionTimestamp");
@@ -407,7 +415,9 @@ impl Registry {
             let cur = self.decode(&cur_s)?;
             let mut new = build(&cur)?;
             self.check_identity(ns, name, &cur, &mut new)?;
+            self.strategy.defaults(&mut new);
             w.admit.mutate(&attrs, &mut new, Some(&cur)).await?;
+            self.check_identity(ns, name, &cur, &mut new)?;
             let mut decision = self.prepare_update(&cur, new, subresource, w.manager)?;
             if let Decision::Write(obj) = &mut decision {
                 w.admit.validate(&attrs, obj, Some(&cur)).await?;

@@ -30,7 +30,7 @@ pub fn widget_crd() -> Value {
                     {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
                     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]},
-                {"name": "v1beta1", "served": true, "storage": false,
+                {"name": "v1beta1", "served": true, "storage": false, "deprecated": true,
                  "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
                  "subresources": {"status": {}}}]}})
 }
@@ -159,6 +159,22 @@ async fn crd_serves_custom_resources(c: &Cluster) {
         (code, beta["apiVersion"].as_str()),
         (200, Some("example.com/v1beta1")),
         "{beta}"
+    );
+    let resp = reqwest::Client::new()
+        .get(format!(
+            "{}/apis/example.com/v1beta1/namespaces/default/widgets/w1",
+            c.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    let warning = resp
+        .headers()
+        .get("warning")
+        .map(|w| w.to_str().unwrap().to_string());
+    assert_eq!(
+        warning.as_deref(),
+        Some("299 - \"example.com/v1beta1 Widget is deprecated\"")
     );
 
     // Status and generation: spec changes move it, status writes do not.

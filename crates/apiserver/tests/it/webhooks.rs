@@ -407,6 +407,46 @@ async fn admission_policies(c: &Cluster) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // matchPolicy Equivalent (the default): a policy on autoscaling/v2 covers writes through
+    // autoscaling/v1 too.
+    let hpa_policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "hpa-max"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["autoscaling"], "apiVersions": ["v2"], "operations": ["CREATE"], "resources": ["horizontalpodautoscalers"]}]},
+            "validations": [{"expression": "object.spec.maxReplicas <= 10", "message": "at most 10 replicas"}]}});
+    assert_eq!(c.post(VAPS, &hpa_policy).await.0, 201);
+    let hb = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "hpa-max"}, "spec": {"policyName": "hpa-max", "validationActions": ["Deny"]}});
+    assert_eq!(c.post(BINDINGS, &hb).await.0, 201);
+    let hpa_v1 = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h1"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "small"}, "maxReplicas": 50}});
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, e) = c
+            .post(
+                "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers",
+                &hpa_v1,
+            )
+            .await;
+        if code == 422 {
+            assert!(
+                e["message"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("denied request: at most 10 replicas"),
+                "{e}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{code} {e}");
+        let _ = c
+            .delete(
+                "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/h1",
+                None,
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // Expressions that do not compile are refused with the policy.
     let mut broken = warn.clone();
     broken["metadata"]["name"] = json!("broken");

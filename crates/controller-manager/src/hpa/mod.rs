@@ -107,6 +107,21 @@ impl HpaController {
         crate::worker::serve!(self, "horizontalpodautoscaler", workers, shutdown);
     }
 
+    /// The (group, version, plural) of a scale target's kind: the built-in table, else
+    /// discovery (custom resources with a scale subresource).
+    async fn resource_of(&self, api_version: &str, kind: &str) -> Option<(String, String, String)> {
+        if let Some(d) = rkube_api::resources::find_kind(api_version, kind) {
+            return Some((d.group.into(), d.version.into(), d.plural.into()));
+        }
+        let found = rkube_client::dynamic::discover(&self.ctx.client)
+            .await
+            .ok()?;
+        found
+            .into_iter()
+            .find(|r| r.api_version() == api_version && r.kind == kind)
+            .map(|r| (r.group, r.version, r.plural))
+    }
+
     async fn sync(&self, key: &str) -> Reconciled {
         let Some(hpa) = self.ctx.hpas.get(key) else {
             return Ok(None);
@@ -122,7 +137,8 @@ impl HpaController {
             json!({"type": t, "status": if ok {"True"} else {"False"}, "reason": reason,
                 "message": message, "lastTransitionTime": now})
         };
-        let Some(def) = rkube_api::resources::find_kind(&api_version, &target.kind) else {
+        let Some((group, version, plural)) = self.resource_of(&api_version, &target.kind).await
+        else {
             let msg = format!(
                 "the HPA controller was unable to get the target's current scale: no matches for kind \"{}\" in group \"{}\"",
                 target.kind,
@@ -140,15 +156,15 @@ impl HpaController {
                 )
                 .await;
         };
-        let base = if def.group.is_empty() {
-            format!("/api/{}", def.version)
+        let base = if group.is_empty() {
+            format!("/api/{version}")
         } else {
-            format!("/apis/{}/{}", def.group, def.version)
+            format!("/apis/{group}/{version}")
         };
         let scale_path = format!(
             "{base}/namespaces/{}/{}/{}/scale",
             rkube_client::client::encode(ns),
-            def.plural,
+            plural,
             rkube_client::client::encode(&target.name)
         );
         let scale: Value = match self

@@ -212,15 +212,11 @@ impl Caller {
         ca: Option<&[u8]>,
         resolve: Option<(String, std::net::SocketAddr)>,
     ) -> Result<reqwest::Client, String> {
+        // Keyed by the whole bundle: two bundles never share a client's trust.
         let key = format!(
-            "{:x}|{:?}",
-            ca.map_or(0, |c| {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                c.hash(&mut h);
-                h.finish()
-            }),
-            resolve
+            "{}|{resolve:?}",
+            ca.map(|c| String::from_utf8_lossy(c).into_owned())
+                .unwrap_or_default()
         );
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = clients.get(&key) {

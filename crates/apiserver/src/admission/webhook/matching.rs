@@ -52,6 +52,8 @@ pub struct Hook {
     pub ca_bundle: Option<Vec<u8>>,
     /// `admissionReviewVersions`, preferred first.
     pub review_versions: Vec<String>,
+    /// `matchPolicy` is `Equivalent`.
+    pub equivalent: bool,
 }
 
 fn strs(v: Option<&Value>) -> Vec<String> {
@@ -154,6 +156,7 @@ pub fn hooks(config: &Value, cel: &mut crate::cel::Cache) -> Vec<Hook> {
             target,
             ca_bundle,
             review_versions: strs(w.get("admissionReviewVersions")),
+            equivalent: s("matchPolicy") != "Exact",
         });
     }
     out
@@ -188,9 +191,16 @@ fn resource_matches(entry: &str, resource: &str, sub: &str) -> bool {
 
 impl Rule {
     pub fn matches(&self, r: &Request) -> bool {
+        self.matches_policy(r, false)
+    }
+
+    /// With `equivalent` (`matchPolicy: Equivalent`, the default), a rule naming another
+    /// version of the same group and resource matches too: writing through a second version
+    /// of a resource does not bypass a webhook or policy.
+    pub fn matches_policy(&self, r: &Request, equivalent: bool) -> bool {
         any(&self.operations, r.operation)
             && any(&self.groups, r.group)
-            && any(&self.versions, r.version)
+            && (equivalent || any(&self.versions, r.version))
             && self
                 .resources
                 .iter()
@@ -222,7 +232,11 @@ impl Hook {
         new: Option<&Value>,
         old: Option<&Value>,
     ) -> bool {
-        if !self.rules.iter().any(|rule| rule.matches(r)) {
+        if !self
+            .rules
+            .iter()
+            .any(|rule| rule.matches_policy(r, self.equivalent))
+        {
             return false;
         }
         if let Some(ns) = namespace_labels {

@@ -29,6 +29,9 @@ use matching::{Hook, Request};
 
 const GROUP: &str = "admissionregistration.k8s.io";
 
+/// The mutating and the validating webhooks in force.
+type Loaded = (Arc<Vec<Hook>>, Arc<Vec<Hook>>);
+
 #[derive(Default)]
 struct Snapshot {
     versions: Option<(u64, u64)>,
@@ -71,7 +74,7 @@ impl Webhooks {
     }
 
     /// The configured webhooks, parsed again when either configuration resource changed.
-    fn current(&self) -> (Arc<Vec<Hook>>, Arc<Vec<Hook>>) {
+    fn current(&self) -> Result<Loaded, ApiError> {
         let caches = [
             "mutatingwebhookconfigurations",
             "validatingwebhookconfigurations",
@@ -81,6 +84,12 @@ impl Webhooks {
                 .get(&(GROUP, p))
                 .and_then(|r| r.cache.clone())
         });
+        // Until the configurations are known, nothing is admitted (never admitted unchecked).
+        if caches.iter().flatten().any(|c| !c.is_ready()) {
+            return Err(ApiError::forbidden_path(
+                "not yet ready to handle request".into(),
+            ));
+        }
         let versions = (
             caches[0].as_ref().map_or(0, |c| c.content_version()),
             caches[1].as_ref().map_or(0, |c| c.content_version()),
@@ -102,7 +111,7 @@ impl Webhooks {
             snap.validating = parse(&caches[1]);
             snap.versions = Some(versions);
         }
-        (snap.mutating.clone(), snap.validating.clone())
+        Ok((snap.mutating.clone(), snap.validating.clone()))
     }
 
     /// Whether any webhook is configured (the common case is none: nothing to do).
@@ -142,7 +151,7 @@ impl Webhooks {
         if !self.intercepts(a) || a.operation == Operation::Delete {
             return Ok(());
         }
-        let (hooks, _) = self.current();
+        let (hooks, _) = self.current()?;
         if hooks.is_empty() {
             return Ok(());
         }
@@ -204,7 +213,7 @@ impl Webhooks {
         if !self.intercepts(a) {
             return Ok(());
         }
-        let (mutating, validating) = self.current();
+        let (mutating, validating) = self.current()?;
         if validating.is_empty() && (mutating.is_empty() || a.operation != Operation::Delete) {
             return Ok(());
         }

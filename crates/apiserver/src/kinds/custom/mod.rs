@@ -40,6 +40,8 @@ pub struct CustomKind {
     /// The definition is being deleted: no new objects.
     pub terminating: bool,
     conversion: std::sync::Arc<convert::Conversion>,
+    /// `deprecated` with its warning.
+    deprecation: Option<String>,
 }
 
 /// The version entry of `crd` named `version`.
@@ -216,6 +218,18 @@ impl CustomKind {
             selectable: intern::strs(&selectable.iter().map(String::as_str).collect::<Vec<_>>()),
             terminating: false,
             conversion: std::sync::Arc::new(convert::Conversion::of(crd, caller)),
+            deprecation: (v.get("deprecated") == Some(&Value::Bool(true))).then(|| {
+                v.get("deprecationWarning")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+                    .unwrap_or_else(|| {
+                        let kind = crd
+                            .pointer("/spec/names/kind")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        format!("{group}/{version} {kind} is deprecated")
+                    })
+            }),
         })
     }
 
@@ -377,6 +391,10 @@ impl Strategy for CustomKind {
 
     fn strategic_merge(&self) -> bool {
         false
+    }
+
+    fn deprecation(&self) -> Option<String> {
+        self.deprecation.clone()
     }
 
     fn openapi_schema(&self) -> Option<Value> {

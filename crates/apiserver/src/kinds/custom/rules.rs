@@ -130,15 +130,29 @@ impl Rules {
                     .and_then(Value::as_array)
                     .map(|k| k.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
-                let olds = old.and_then(Value::as_array);
+                // Old items indexed once by their key (map) or value (set): correlation is
+                // linear in the list, not quadratic.
+                let key_of = |x: &Value| -> String {
+                    match list_type {
+                        Some("map") => Value::Array(
+                            keys.iter()
+                                .map(|k| x.get(*k).cloned().unwrap_or(Value::Null))
+                                .collect(),
+                        )
+                        .to_string(),
+                        _ => x.to_string(),
+                    }
+                };
+                let olds: HashMap<String, &Value> = match (list_type, old.and_then(Value::as_array))
+                {
+                    (Some("map" | "set"), Some(o)) => o.iter().map(|x| (key_of(x), x)).collect(),
+                    _ => HashMap::new(),
+                };
                 for (i, item) in items.iter().enumerate() {
-                    let old_item = match list_type {
-                        Some("map") => olds.and_then(|o| {
-                            o.iter()
-                                .find(|x| keys.iter().all(|k| x.get(*k) == item.get(*k)))
-                        }),
-                        Some("set") => olds.and_then(|o| o.iter().find(|x| *x == item)),
-                        _ => None,
+                    let old_item = if olds.is_empty() {
+                        None
+                    } else {
+                        olds.get(&key_of(item)).copied()
                     };
                     let len = path.len();
                     path.push_str(&format!("[{i}]"));
