@@ -249,6 +249,9 @@ pub async fn handle(State(chain): State<Arc<Chain>>, req: Request, next: Next) -
         }
     };
     let code = resp.status().as_u16();
+    if let Some(a) = resp.extensions().get::<crate::audit::Annotations>() {
+        record.annotate(&a.0);
+    }
     if long_running && code == 200 {
         if record.wants(Stage::ResponseStarted) {
             auditor.emit(record.at(Stage::ResponseStarted, Some(code)));

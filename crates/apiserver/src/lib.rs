@@ -259,6 +259,7 @@ pub async fn run(
         authn.clone(),
         config.default_toleration_seconds,
     ));
+    tokio::spawn(admission.clone().run_policy_status(shutdown.clone()));
     if admission.has(admission::Plugin::ResourceQuota) {
         tokio::spawn(
             admission

@@ -15,6 +15,7 @@ pub mod quota;
 pub mod rbac;
 pub mod serviceaccount;
 pub mod storage;
+pub mod typecheck;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -120,12 +121,29 @@ impl ForUser<'_> {
         all.into_iter().filter(|w| seen.insert(w.clone())).collect()
     }
 
+    /// The audit annotations admission had for this request, each key once (the last).
+    pub fn annotations(&self) -> Vec<(String, String)> {
+        let all = std::mem::take(
+            &mut self
+                .said
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .annotations,
+        );
+        let mut out: Vec<(String, String)> = Vec::new();
+        for (k, v) in all {
+            match out.iter_mut().find(|(ok, _)| *ok == k) {
+                Some(slot) => slot.1 = v,
+                None => out.push((k, v)),
+            }
+        }
+        out
+    }
+
     fn record(&self, said: webhook::Said) {
-        self.said
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .warnings
-            .extend(said.warnings);
+        let mut mine = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        mine.warnings.extend(said.warnings);
+        mine.annotations.extend(said.annotations);
     }
 }
 
@@ -376,7 +394,7 @@ impl Admission {
             old_obj.filter(|_| new.is_some()),
             request,
             ns_object,
-            &mut said.warnings,
+            said,
         )
     }
 
@@ -553,6 +571,66 @@ impl Admission {
     }
 
     /// Runs `reconcile_quotas` every `every` until shutdown.
+    /// Writes each ValidatingAdmissionPolicy's status for its generation: the type checking
+    /// of its expressions (`typeChecking.expressionWarnings`) and `observedGeneration`.
+    pub async fn run_policy_status(self: Arc<Self>, shutdown: rkube_daemon::ShutdownToken) {
+        const GROUP: &str = "admissionregistration.k8s.io";
+        let mut seen = None;
+        loop {
+            if let Some(reg) = self.registries.get(&(GROUP, "validatingadmissionpolicies")) {
+                let version = reg.cache.as_ref().map(|c| c.content_version());
+                if version != seen && reg.cache.as_ref().is_some_and(|c| c.is_ready()) {
+                    let mut done = true;
+                    for p in reg.cache.as_ref().map(|c| c.values()).unwrap_or_default() {
+                        let generation = meta::generation(&p);
+                        if p.pointer("/status/observedGeneration")
+                            .and_then(Value::as_i64)
+                            == Some(generation)
+                        {
+                            continue;
+                        }
+                        let status = json!({"observedGeneration": generation,
+                            "typeChecking": {"expressionWarnings": typecheck::expression_warnings(&p)}});
+                        let w = crate::registry::Write {
+                            admit: &crate::registry::Unadmitted,
+                            dry_run: false,
+                            manager: None,
+                            verb: "update",
+                        };
+                        let r = reg
+                            .update_with("", meta::name(&p), Some("status"), w, |cur| {
+                                if meta::generation(cur) != generation {
+                                    return Err(ApiError::conflict(
+                                        &reg.def.group_resource(),
+                                        meta::name(cur),
+                                        "the policy changed",
+                                    ));
+                                }
+                                let mut new = cur.clone();
+                                let conditions = cur.pointer("/status/conditions").cloned();
+                                new["status"] = status.clone();
+                                if let Some(c) = conditions {
+                                    new["status"]["conditions"] = c;
+                                }
+                                Ok(new)
+                            })
+                            .await;
+                        if r.is_err() {
+                            done = false;
+                        }
+                    }
+                    if done {
+                        seen = version;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
     pub async fn run_quota_loop(
         self: Arc<Self>,
         every: Duration,

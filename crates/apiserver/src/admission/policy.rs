@@ -49,6 +49,8 @@ struct Policy {
     conditions: Vec<(String, Result<Arc<Expr>, String>)>,
     variables: Vec<(String, Result<Arc<Expr>, String>)>,
     validations: Vec<Validation>,
+    /// `auditAnnotations`: key and value expression.
+    audit_annotations: Vec<(String, Result<Arc<Expr>, String>)>,
 }
 
 struct Binding {
@@ -58,6 +60,7 @@ struct Binding {
     param_ref: Option<Value>,
     deny: bool,
     warn: bool,
+    audit: bool,
 }
 
 /// The policies and bindings in force.
@@ -146,6 +149,27 @@ fn policy(obj: &Value, c: &mut cel::Cache) -> Policy {
                 .collect()
         };
     let conditions = named("matchConditions", "expression", c);
+    let audit_annotations = spec
+        .get("auditAnnotations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            let key = a
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            (
+                key,
+                c.get(
+                    a.get("valueExpression")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                ),
+            )
+        })
+        .collect();
     let variables = named("variables", "expression", c);
     let validations = spec
         .get("validations")
@@ -192,6 +216,7 @@ fn policy(obj: &Value, c: &mut cel::Cache) -> Policy {
         conditions,
         variables,
         validations,
+        audit_annotations,
     }
 }
 
@@ -212,6 +237,7 @@ fn binding(obj: &Value) -> Binding {
         param_ref: spec.get("paramRef").filter(|p| !p.is_null()).cloned(),
         deny: actions.iter().any(|a| a == "Deny"),
         warn: actions.iter().any(|a| a == "Warn"),
+        audit: actions.iter().any(|a| a == "Audit"),
     }
 }
 
@@ -356,7 +382,7 @@ impl Policies {
         Ok(list.items.iter().map(|o| o.value()).collect())
     }
 
-    /// Evaluates every binding that applies; denials are errors, warnings go to `warnings`.
+    /// Evaluates every binding that applies; denials are errors, warnings and audit annotations go to `said`.
     #[allow(clippy::too_many_arguments)]
     pub fn validate(
         &self,
@@ -366,7 +392,7 @@ impl Policies {
         old: Option<&Value>,
         request: impl Fn() -> Value,
         ns_object: impl Fn() -> Option<Value>,
-        warnings: &mut Vec<String>,
+        said: &mut super::webhook::Said,
     ) -> Result<(), ApiError> {
         if a.def.group == GROUP {
             return Ok(());
@@ -431,12 +457,12 @@ impl Policies {
                         if allow {
                             continue;
                         }
-                        self.fail(p, b, "no params found for policy binding with `Deny` parameterNotFoundAction".into(), warnings)?;
+                        self.fail(p, b, "no params found for policy binding with `Deny` parameterNotFoundAction".into(), said)?;
                         continue;
                     }
                     Ok(ps) => ps,
                     Err(e) => {
-                        self.fail(p, b, e, warnings)?;
+                        self.fail(p, b, e, said)?;
                         continue;
                     }
                 },
@@ -445,14 +471,14 @@ impl Policies {
                         p,
                         b,
                         "policy has paramKind but the binding has no paramRef".into(),
-                        warnings,
+                        said,
                     )?;
                     continue;
                 }
                 _ => vec![Value::Null],
             };
             for param in &params {
-                self.evaluate(p, b, new, old, &request, ns.as_ref(), param, warnings)?;
+                self.evaluate(p, b, new, old, &request, ns.as_ref(), param, said)?;
             }
         }
         Ok(())
@@ -464,7 +490,7 @@ impl Policies {
         p: &Policy,
         b: &Binding,
         why: String,
-        warnings: &mut Vec<String>,
+        said: &mut super::webhook::Said,
     ) -> Result<(), ApiError> {
         if !p.fail_closed {
             return Ok(());
@@ -477,7 +503,7 @@ impl Policies {
             return Err(ApiError::new(422, "Invalid", message, None));
         }
         if b.warn {
-            warnings.push(message);
+            said.warnings.push(message);
         }
         Ok(())
     }
@@ -492,7 +518,7 @@ impl Policies {
         request: &Value,
         ns: Option<&Value>,
         params: &Value,
-        warnings: &mut Vec<String>,
+        said: &mut super::webhook::Said,
     ) -> Result<(), ApiError> {
         let null = Value::Null;
         let mut variables = serde_json::Map::new();
@@ -520,7 +546,7 @@ impl Policies {
                         p,
                         b,
                         format!("variable {name:?} resulted in error: {e}"),
-                        warnings,
+                        said,
                     )
                 }
             }
@@ -541,12 +567,12 @@ impl Policies {
                         p,
                         b,
                         format!("failed to evaluate match condition {name:?}: {e}"),
-                        warnings,
+                        said,
                     )
                 }
             }
         }
-        for v in &p.validations {
+        for (index, v) in p.validations.iter().enumerate() {
             let r = match &v.expr {
                 Ok(e) => cel::eval_bool(e, &vars),
                 Err(e) => Err(e.clone()),
@@ -565,13 +591,27 @@ impl Policies {
                         p,
                         b,
                         format!("expression '{}' resulted in error: {e}", v.source),
-                        warnings,
+                        said,
                     )?;
                     continue;
                 }
             };
+            if b.audit {
+                let mut actions = Vec::new();
+                for (on, name) in [(b.deny, "Deny"), (b.warn, "Warn"), (b.audit, "Audit")] {
+                    if on {
+                        actions.push(name);
+                    }
+                }
+                let failure = json!([{"message": why, "policy": p.name, "binding": b.name,
+                    "expressionIndex": index, "validationActions": actions}]);
+                said.annotations.push((
+                    "validation.policy.admission.k8s.io/validation_failure".into(),
+                    failure.to_string(),
+                ));
+            }
             if b.warn {
-                warnings.push(format!(
+                said.warnings.push(format!(
                     "Validation failed for ValidatingAdmissionPolicy '{}' with binding '{}': {why}",
                     p.name, b.name
                 ));
@@ -586,6 +626,15 @@ impl Policies {
                     ),
                     None,
                 ));
+            }
+        }
+        // Audit annotations: `<policy>/<key>`, for values that are not null.
+        for (key, expr) in &p.audit_annotations {
+            if let Ok(e) = expr {
+                if let Ok(cel::CelValue::String(text)) = cel::eval(e, &vars) {
+                    said.annotations
+                        .push((format!("{}/{key}", p.name), text.to_string()));
+                }
             }
         }
         Ok(())

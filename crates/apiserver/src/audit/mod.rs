@@ -71,6 +71,11 @@ impl Auditor {
 
 /// What an audit event says about one request; stages add the response. The common part is
 /// serialized once; each stage appends its own fields.
+/// Audit annotations a handler leaves on its response (as an extension) for the chain to
+/// record: `<webhook or policy>/<key>` → value.
+#[derive(Clone, Debug, Default)]
+pub struct Annotations(pub Vec<(String, String)>);
+
 pub struct Record {
     pub level: Level,
     pub omit: Vec<Stage>,
@@ -174,6 +179,20 @@ impl Record {
         }
         out.push('}');
         out.into_bytes()
+    }
+
+    /// Adds the audit annotations admission had for the request (webhooks' and policies').
+    pub fn annotate(&mut self, annotations: &[(String, String)]) {
+        if annotations.is_empty() || self.level == Level::None {
+            return;
+        }
+        let map: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        if let Ok(text) = serde_json::to_string(&map) {
+            self.objects.push_str(&format!(",\"annotations\":{text}"));
+        }
     }
 
     /// Attaches a body as `requestObject` / `responseObject` (JSON bodies only).

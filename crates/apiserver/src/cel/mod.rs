@@ -18,6 +18,9 @@ use std::sync::{Arc, OnceLock};
 
 use cel::objects::{Key, Map};
 use cel::{Context, Env, Program, Value as Cel};
+
+/// A CEL value, as evaluations return them.
+pub use cel::Value as CelValue;
 use serde_json::Value;
 
 /// The longest expression accepted.
@@ -50,6 +53,13 @@ pub struct Expr {
     program: Program,
     nesting: usize,
     pub source: String,
+}
+
+impl Expr {
+    /// The compiled tree (what type checking walks).
+    pub fn tree(&self) -> &cel::IdedExpr {
+        self.program.expression()
+    }
 }
 
 impl std::fmt::Debug for Expr {

@@ -22,7 +22,7 @@ pub async fn delete(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
         }
         Deleted::Gone(obj) | Deleted::Pending(obj) => json_value(StatusCode::OK, &obj),
     };
-    Ok(super::with_warnings(resp, &admission.warnings()))
+    Ok(super::admitted(resp, Vec::new(), &admission))
 }
 
 pub async fn collection(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {

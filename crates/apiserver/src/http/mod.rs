@@ -114,6 +114,24 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
+/// A write's response with what admission had to say about it: its warnings (after the
+/// request's own) and its audit annotations (an extension the chain records).
+pub fn admitted(
+    resp: Response,
+    own_warnings: Vec<String>,
+    admission: &crate::admission::ForUser<'_>,
+) -> Response {
+    let mut warnings = own_warnings;
+    warnings.extend(admission.warnings());
+    let mut resp = with_warnings(resp, &warnings);
+    let annotations = admission.annotations();
+    if !annotations.is_empty() {
+        resp.extensions_mut()
+            .insert(crate::audit::Annotations(annotations));
+    }
+    resp
+}
+
 /// A request for server-side printing (`as=Table`).
 #[derive(Clone, Copy, Debug)]
 pub struct Printing {

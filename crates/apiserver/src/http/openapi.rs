@@ -55,7 +55,8 @@ fn op(def: &ResourceDef, action: &str, extra: &[&str]) -> Value {
     })
 }
 
-fn schema_name(def: &ResourceDef) -> String {
+/// A kind's schema name in `components.schemas`.
+pub fn schema_name(def: &ResourceDef) -> String {
     if !rkube_api::resources::RESOURCES
         .iter()
         .any(|r| r.group == def.group)

@@ -69,8 +69,9 @@ pub async fn patch(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     } else {
         StatusCode::OK
     };
-    Ok(super::with_warnings(
+    Ok(super::admitted(
         json_value(code, &obj),
-        &admission.warnings(),
+        Vec::new(),
+        &admission,
     ))
 }

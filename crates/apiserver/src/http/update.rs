@@ -7,13 +7,13 @@ use axum::response::Response;
 use rkube_api::ApiError;
 
 use super::body::{read_body, read_object, FieldValidation};
-use super::{json_value, with_warnings, Scope};
+use super::{json_value, Scope};
 
 pub async fn update(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
     let dry = s.dry_run()?;
     let fv = FieldValidation::from_query(s.query)?;
     let (raw, obj) = read_object(&s.content_type, read_body(body).await?)?;
-    let mut warnings = fv.check(s.reg, &raw, &obj)?;
+    let warnings = fv.check(s.reg, &raw, &obj)?;
     let admission = s.admission();
     let (obj, created) = s
         .reg
@@ -25,11 +25,14 @@ pub async fn update(s: &Scope<'_>, body: Body) -> Result<Response, ApiError> {
             s.write(&admission, dry, s.update_manager.as_deref()),
         )
         .await?;
-    warnings.extend(admission.warnings());
     let code = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok(with_warnings(json_value(code, &obj), &warnings))
+    Ok(super::admitted(
+        json_value(code, &obj),
+        warnings,
+        &admission,
+    ))
 }

@@ -516,3 +516,96 @@ cases! {
     conversion_webhooks, conversion_webhooks_rkube, conversion_webhooks_etcd;
     admission_policies, admission_policies_rkube, admission_policies_etcd;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_type_check_and_annotate_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy_file,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = dir.path().join("audit.log");
+    let (pf, lg) = (policy_file.clone(), log.clone());
+    let Some(c) = Cluster::start(crate::harness::Backend::Rkube, move |cfg| {
+        cfg.audit.policy_file = Some(pf);
+        cfg.audit.log_path = Some(lg);
+    })
+    .await
+    else {
+        return;
+    };
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "audited"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}]},
+            "validations": [{"expression": "object.spec.replicas <= 1", "message": "more than one replica"},
+                            {"expression": "object.spec.replicass > 0"}],
+            "auditAnnotations": [{"key": "replicas", "valueExpression": "string(object.spec.replicas)"}]}});
+    assert_eq!(c.post(VAPS, &policy).await.0, 201);
+    // The status says which fields do not exist.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let (_, p) = c.get(&format!("{VAPS}/audited")).await;
+        if p["status"]["observedGeneration"] == 1 {
+            break p["status"].clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{p}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let warnings = status["typeChecking"]["expressionWarnings"]
+        .as_array()
+        .unwrap();
+    assert_eq!(warnings.len(), 1, "{status}");
+    assert_eq!(warnings[0]["fieldRef"], "spec.validations[1].expression");
+    assert!(warnings[0]["warning"]
+        .as_str()
+        .unwrap()
+        .contains("undefined field 'replicass'"));
+    // An Audit binding: allowed, and the audit event says why it would not be.
+    let mut fixed = c.get(&format!("{VAPS}/audited")).await.1;
+    fixed["spec"]["validations"] =
+        json!([{"expression": "object.spec.replicas <= 1", "message": "more than one replica"}]);
+    assert_eq!(c.put(&format!("{VAPS}/audited"), &fixed).await.0, 200);
+    let b = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "audited"}, "spec": {"policyName": "audited", "validationActions": ["Audit"]}});
+    assert_eq!(c.post(BINDINGS, &b).await.0, 201);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let name = format!("a{}", rand::random::<u32>());
+        let (code, _) = c
+            .post(
+                "/apis/apps/v1/namespaces/default/deployments",
+                &deployment(&name, 3),
+            )
+            .await;
+        assert_eq!(code, 201);
+        let events: Vec<Value> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let hit = events.iter().find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "deployments"
+                && e["stage"] == "ResponseComplete"
+                && e["annotations"].is_object()
+        });
+        if let Some(e) = hit {
+            let failure = e["annotations"]["validation.policy.admission.k8s.io/validation_failure"]
+                .as_str()
+                .unwrap();
+            assert!(
+                failure.contains("more than one replica") && failure.contains("\"Audit\""),
+                "{failure}"
+            );
+            assert_eq!(e["annotations"]["audited/replicas"], "3");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no annotated audit event for {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -541,8 +541,20 @@ async fn time_until(
     let http = reqwest::Client::new();
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let t0 = Instant::now();
-    let r = http.post(url).json(obj).send().await?;
-    anyhow::ensure!(r.status().is_success(), "create {name}: {}", r.status());
+    // A 429 (the in-flight limits while a thousand nodes register) is retried, as clients do.
+    loop {
+        let r = http.post(url).json(obj).send().await?;
+        let status = r.status();
+        if status.is_success() {
+            break;
+        }
+        let body = r.text().await.unwrap_or_default();
+        anyhow::ensure!(
+            status.as_u16() == 429 && t0.elapsed() < Duration::from_secs(30),
+            "create {name}: {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     loop {
         let o: Value = http
             .get(format!("{url}/{name}"))

@@ -49,6 +49,8 @@ pub struct Webhooks {
 #[derive(Default)]
 pub struct Said {
     pub warnings: Vec<String>,
+    /// Audit annotations: `<webhook or policy>/<key>` → value.
+    pub annotations: Vec<(String, String)>,
 }
 
 fn operation(op: Operation) -> &'static str {
@@ -176,6 +178,12 @@ impl Webhooks {
                     .await?;
                 let Some(outcome) = outcome else { continue };
                 said.warnings.extend(outcome.warnings);
+                said.annotations.extend(
+                    outcome
+                        .annotations
+                        .into_iter()
+                        .map(|(k, v)| (format!("{}/{k}", hook.name), v)),
+                );
                 if let Some(patch) = outcome.patch {
                     let mut patched = before;
                     rkube_api::patch::json_patch(&mut patched, &patch).map_err(|e| {
@@ -231,9 +239,15 @@ impl Webhooks {
             .iter()
             .map(|h| self.run(h, user, a, new, old, ns_labels.as_ref()));
         let results = futures_util::future::join_all(runs).await;
-        for r in results {
+        for (h, r) in hooks.iter().zip(results) {
             if let Some(outcome) = r? {
                 said.warnings.extend(outcome.warnings);
+                said.annotations.extend(
+                    outcome
+                        .annotations
+                        .into_iter()
+                        .map(|(k, v)| (format!("{}/{k}", h.name), v)),
+                );
             }
         }
         Ok(())

@@ -77,6 +77,8 @@ pub struct Outcome {
     /// A JSONPatch to apply (mutating webhooks).
     pub patch: Option<Value>,
     pub warnings: Vec<String>,
+    /// `auditAnnotations`, key → value.
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Reads a response body; the error is upstream's "received invalid webhook response".
@@ -140,7 +142,18 @@ pub fn response(body: &[u8], uid: &str, review_version: &str) -> Result<Outcome,
                 .collect()
         })
         .unwrap_or_default();
+    let annotations = resp
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .take(64)
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Outcome {
+        annotations,
         allowed,
         status: resp.get("status").cloned().unwrap_or(Value::Null),
         patch,
