@@ -7,6 +7,7 @@ pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod cache;
+pub mod callout;
 pub mod cel;
 pub mod chain;
 pub mod compactor;

@@ -19,6 +19,7 @@ use super::webhook::matching::{self, Request, Rule};
 use crate::cache::object::Filter;
 use crate::cel::{self, Expr};
 use crate::registry::{Attributes, Operation, Registries};
+use rkube_api::meta::string_list as strs;
 
 const GROUP: &str = "admissionregistration.k8s.io";
 
@@ -78,17 +79,6 @@ pub struct Policies {
     snapshot: Mutex<Snapshot>,
 }
 
-fn strs(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn rules(v: Option<&Value>) -> Vec<(Rule, Vec<String>)> {
     v.and_then(Value::as_array)
         .into_iter()
@@ -108,13 +98,10 @@ fn rules(v: Option<&Value>) -> Vec<(Rule, Vec<String>)> {
         .collect()
 }
 
+/// A selector when one is given (an unparsable one selects nothing).
 fn selector(v: Option<&Value>) -> Option<LabelSelector> {
     v.filter(|s| !s.is_null())
-        .map(|s| LabelSelector::from_json(s).unwrap_or_else(|_| never()))
-}
-
-fn never() -> LabelSelector {
-    LabelSelector::parse("rkube.io/never-matches,!rkube.io/never-matches").unwrap_or_default()
+        .map(|s| matching::selector(Some(s)))
 }
 
 fn parse_match(v: &Value) -> Match {
@@ -299,24 +286,13 @@ impl Policies {
     }
 
     fn current(&self) -> Result<Loaded, ApiError> {
-        let caches = [
-            "validatingadmissionpolicies",
-            "validatingadmissionpolicybindings",
-        ]
-        .map(|p| {
-            self.registries
-                .get(&(GROUP, p))
-                .and_then(|r| r.cache.clone())
-        });
-        if caches.iter().flatten().any(|c| !c.is_ready()) {
-            return Err(ApiError::forbidden_path(
-                "not yet ready to handle request".into(),
-            ));
-        }
-        let versions = (
-            caches[0].as_ref().map_or(0, |c| c.content_version()),
-            caches[1].as_ref().map_or(0, |c| c.content_version()),
-        );
+        let (caches, versions) = super::webhook::configurations(
+            &self.registries,
+            [
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+            ],
+        )?;
         let mut snap = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
         if snap.versions != Some(versions) {
             let mut c = cel::Cache::default();

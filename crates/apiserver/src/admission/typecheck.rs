@@ -11,16 +11,7 @@ use serde_json::{json, Value};
 /// The resources a policy's rules name exactly: (group, version, plural).
 fn exact_resources(policy: &Value) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
-    let strs = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strs = rkube_api::meta::string_list;
     for r in policy
         .pointer("/spec/matchConstraints/resourceRules")
         .and_then(Value::as_array)
@@ -128,10 +119,7 @@ pub fn expression_warnings(policy: &Value) -> Vec<Value> {
         let Some(def) = rkube_api::resources::find(&g, &v, &res) else {
             continue;
         };
-        let Some(doc) = crate::http::openapi::group_version(&g, &v) else {
-            continue;
-        };
-        kinds.push((def, doc));
+        kinds.push((def, Value::Object(crate::kinds::schemas(def))));
     }
     if kinds.is_empty() {
         return Vec::new();
@@ -160,9 +148,8 @@ pub fn expression_warnings(policy: &Value) -> Vec<Value> {
             let mut found = Vec::new();
             paths(expr.tree(), &mut found, 0);
             let mut problems = Vec::new();
-            for (def, doc) in &kinds {
-                let schemas = &doc["components"]["schemas"];
-                let root = &schemas[crate::http::openapi::schema_name(def)];
+            for (def, schemas) in &kinds {
+                let root = &schemas[crate::kinds::schema_name(def)];
                 for p in &found {
                     if let Some(f) = undefined(schemas, root, p) {
                         problems.push(format!(

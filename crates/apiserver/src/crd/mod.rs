@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use rkube_api::{meta, DeleteOptions, ListOptions};
 use rkube_daemon::ShutdownToken;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cache::{CacheConfig, Cacher};
+use crate::kinds::apiextensions::CLEANUP_FINALIZER;
 use crate::kinds::custom::{self, CustomKind};
 use crate::kinds::StrategyRef;
 use crate::registry::{Registries, Registry, Set, Unadmitted, Write};
@@ -44,7 +45,7 @@ pub struct Controller {
     pub duplex: bool,
     pub event_ttl: Duration,
     /// Calls conversion webhooks.
-    pub caller: Option<Arc<crate::admission::webhook::client::Caller>>,
+    pub caller: Option<Arc<crate::callout::Caller>>,
 }
 
 /// Each version's registry and whether it is served, the storage version first.
@@ -217,9 +218,7 @@ impl Controller {
                     tracing::debug!(crd = %name, error = %e.status().message, "CRD status not written");
                 }
             }
-            let cleaning = meta::finalizers(crd)
-                .iter()
-                .any(|f| f == status::CLEANUP_FINALIZER);
+            let cleaning = meta::finalizers(crd).iter().any(|f| f == CLEANUP_FINALIZER);
             if deleting && cleaning && cleanups.get(&name).is_none_or(|h| h.is_finished()) {
                 let me = self.clone();
                 let (crd, crds, shutdown) = (crd.clone(), crds.clone(), shutdown.clone());
@@ -325,7 +324,7 @@ impl Controller {
                         let mut new = cur.clone();
                         let keep: Vec<String> = meta::finalizers(cur)
                             .into_iter()
-                            .filter(|f| f != status::CLEANUP_FINALIZER)
+                            .filter(|f| f != CLEANUP_FINALIZER)
                             .collect();
                         meta::set_finalizers(&mut new, &keep);
                         Ok(new)
@@ -374,28 +373,5 @@ impl Controller {
             }
         }
         Ok(left)
-    }
-}
-
-/// The finalizer a CRD's first deletion adds, and the condition it shows meanwhile.
-pub fn begin_deletion(crd: &mut Value) {
-    let mut finalizers = meta::finalizers(crd);
-    if !finalizers.iter().any(|f| f == status::CLEANUP_FINALIZER) {
-        finalizers.push(status::CLEANUP_FINALIZER.to_string());
-        meta::set_finalizers(crd, &finalizers);
-    }
-    let cond = json!({"type": "Terminating", "status": "True", "lastTransitionTime": meta::now_rfc3339(),
-        "reason": "InstanceDeletionPending",
-        "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon"});
-    if !crd.get("status").is_some_and(Value::is_object) {
-        crd["status"] = json!({});
-    }
-    let conds = &mut crd["status"]["conditions"];
-    if !conds.is_array() {
-        *conds = json!([]);
-    }
-    if let Some(list) = conds.as_array_mut() {
-        list.retain(|c| c["type"] != "Terminating");
-        list.push(cond);
     }
 }

@@ -4,8 +4,6 @@
 
 use serde_json::{json, Value};
 
-pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
-
 /// Whether a CRD's names were accepted, and why not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Naming {

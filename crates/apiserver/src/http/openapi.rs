@@ -55,22 +55,7 @@ fn op(def: &ResourceDef, action: &str, extra: &[&str]) -> Value {
     })
 }
 
-/// A kind's schema name in `components.schemas`.
-pub fn schema_name(def: &ResourceDef) -> String {
-    if !rkube_api::resources::RESOURCES
-        .iter()
-        .any(|r| r.group == def.group)
-    {
-        // Upstream names a custom resource's schema by its reversed group.
-        let reversed: Vec<&str> = def.group.split('.').rev().collect();
-        return format!("{}.{}.{}", reversed.join("."), def.version, def.kind);
-    }
-    let group = match def.group {
-        "" => "core",
-        g => g.split('.').next().unwrap_or(g),
-    };
-    format!("io.k8s.api.{group}.{}.{}", def.version, def.kind)
-}
+use crate::kinds::schema_name;
 
 const WRITE_PARAMS: &[&str] = &["dryRun", "fieldManager", "fieldValidation"];
 

@@ -15,6 +15,9 @@ use super::{print, Column, Strategy};
 
 pub struct CustomResourceDefinition;
 
+/// What holds a deleted CRD until its objects are gone (`crate::crd` lifts it).
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
 const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 
 fn dns1035_label(s: &str) -> bool {
@@ -103,7 +106,7 @@ impl Strategy for CustomResourceDefinition {
     }
 
     fn begin_deletion(&self, obj: &mut Value) {
-        crate::crd::begin_deletion(obj);
+        begin_deletion(obj);
     }
 
     fn columns(&self) -> Vec<Column> {
@@ -504,6 +507,29 @@ fn validate_conversion(obj: &Value, causes: &mut Vec<StatusCause>) {
             other,
             &["None", "Webhook"],
         )),
+    }
+}
+
+/// The finalizer a CRD's first deletion adds, and the condition it shows meanwhile.
+pub fn begin_deletion(crd: &mut Value) {
+    let mut finalizers = rkube_api::meta::finalizers(crd);
+    if !finalizers.iter().any(|f| f == CLEANUP_FINALIZER) {
+        finalizers.push(CLEANUP_FINALIZER.to_string());
+        rkube_api::meta::set_finalizers(crd, &finalizers);
+    }
+    let cond = json!({"type": "Terminating", "status": "True", "lastTransitionTime": rkube_api::meta::now_rfc3339(),
+        "reason": "InstanceDeletionPending",
+        "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon"});
+    if !crd.get("status").is_some_and(Value::is_object) {
+        crd["status"] = json!({});
+    }
+    let conds = &mut crd["status"]["conditions"];
+    if !conds.is_array() {
+        *conds = json!([]);
+    }
+    if let Some(list) = conds.as_array_mut() {
+        list.retain(|c| c["type"] != "Terminating");
+        list.push(cond);
     }
 }
 

@@ -242,6 +242,33 @@ pub struct ScalePaths {
     pub selector: Option<String>,
 }
 
+/// A built-in kind's schema name in OpenAPI's `components.schemas` (k8s-openapi's type
+/// name; custom resources are named by their reversed group).
+pub fn schema_name(def: &ResourceDef) -> String {
+    if !rkube_api::resources::RESOURCES
+        .iter()
+        .any(|r| r.group == def.group)
+    {
+        let reversed: Vec<&str> = def.group.split('.').rev().collect();
+        return format!("{}.{}.{}", reversed.join("."), def.version, def.kind);
+    }
+    let group = match def.group {
+        "" => "core",
+        g => g.split('.').next().unwrap_or(g),
+    };
+    format!("io.k8s.api.{group}.{}.{}", def.version, def.kind)
+}
+
+/// A built-in kind's schema and every schema it references, by name.
+pub fn schemas(def: &ResourceDef) -> serde_json::Map<String, Value> {
+    let mut gen = schemars::gen::SchemaSettings::openapi3().into_generator();
+    of(def).schema(&mut gen);
+    gen.take_definitions()
+        .into_iter()
+        .filter_map(|(n, s)| Some((n, serde_json::to_value(s).ok()?)))
+        .collect()
+}
+
 /// The two methods every strategy spells the same way: its k8s-openapi type's round trip and
 /// schema.
 #[macro_export]

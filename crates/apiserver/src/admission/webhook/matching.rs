@@ -10,6 +10,7 @@ use std::time::Duration;
 use rkube_api::LabelSelector;
 use serde_json::Value;
 
+use crate::callout::{ca_bundle, Target};
 use crate::cel::Expr;
 
 /// One rule of a webhook.
@@ -21,18 +22,6 @@ pub struct Rule {
     pub resources: Vec<String>,
     /// `Cluster`, `Namespaced` or `*`.
     pub scope: String,
-}
-
-/// Where a webhook is called.
-#[derive(Clone, Debug)]
-pub enum Target {
-    Url(String),
-    Service {
-        namespace: String,
-        name: String,
-        path: String,
-        port: u16,
-    },
 }
 
 /// One webhook of a configuration, ready to match and call.
@@ -56,18 +45,10 @@ pub struct Hook {
     pub equivalent: bool,
 }
 
-fn strs(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
+use rkube_api::meta::string_list as strs;
 
-fn selector(v: Option<&Value>) -> LabelSelector {
+/// A webhook's or policy's label selector: everything when absent, nothing when unparsable.
+pub(crate) fn selector(v: Option<&Value>) -> LabelSelector {
     match v {
         Some(s) if !s.is_null() => LabelSelector::from_json(s).unwrap_or_else(|_| nothing()),
         _ => LabelSelector::everything(),
@@ -91,28 +72,10 @@ pub fn hooks(config: &Value, cel: &mut crate::cel::Cache) -> Vec<Hook> {
     {
         let s = |f: &str| w.get(f).and_then(Value::as_str).unwrap_or("").to_string();
         let cc = w.get("clientConfig").cloned().unwrap_or(Value::Null);
-        let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
-            (Some(u), _) => Target::Url(u.to_string()),
-            (None, Some(svc)) => Target::Service {
-                namespace: svc
-                    .get("namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .into(),
-                name: svc.get("name").and_then(Value::as_str).unwrap_or("").into(),
-                path: svc.get("path").and_then(Value::as_str).unwrap_or("").into(),
-                port: svc
-                    .get("port")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(443)
-                    .min(65535) as u16,
-            },
-            _ => continue,
+        let Some(target) = Target::of(&cc) else {
+            continue;
         };
-        let ca_bundle = cc.get("caBundle").and_then(Value::as_str).and_then(|b| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.decode(b).ok()
-        });
+        let ca_bundle = ca_bundle(&cc);
         let rules = w
             .get("rules")
             .and_then(Value::as_array)

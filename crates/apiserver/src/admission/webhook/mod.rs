@@ -13,7 +13,6 @@
 //! the selectors behave as upstream's, with its messages. Configuration objects themselves
 //! (and admission policies) are never sent to webhooks.
 
-pub mod client;
 pub mod matching;
 pub mod review;
 
@@ -42,7 +41,7 @@ struct Snapshot {
 pub struct Webhooks {
     registries: Arc<Registries>,
     snapshot: Mutex<Snapshot>,
-    caller: Arc<client::Caller>,
+    caller: Arc<crate::callout::Caller>,
 }
 
 /// What one request's webhooks said besides yes or no.
@@ -51,6 +50,28 @@ pub struct Said {
     pub warnings: Vec<String>,
     /// Audit annotations: `<webhook or policy>/<key>` → value.
     pub annotations: Vec<(String, String)>,
+}
+
+/// Two configuration resources' watch caches.
+pub(crate) type Caches = [Option<Arc<crate::cache::Cacher>>; 2];
+
+/// The caches of two admissionregistration resources (webhook configurations, or policies
+/// and bindings) and their content versions; an error until both are loaded, so nothing is
+/// admitted unchecked.
+pub(crate) fn configurations(
+    registries: &Registries,
+    plurals: [&str; 2],
+) -> Result<(Caches, (u64, u64)), ApiError> {
+    let caches = plurals.map(|p| registries.get(&(GROUP, p)).and_then(|r| r.cache.clone()));
+    if caches.iter().flatten().any(|c| !c.is_ready()) {
+        return Err(ApiError::forbidden_path(
+            "not yet ready to handle request".into(),
+        ));
+    }
+    let version =
+        |c: &Option<Arc<crate::cache::Cacher>>| c.as_ref().map_or(0, |c| c.content_version());
+    let versions = (version(&caches[0]), version(&caches[1]));
+    Ok((caches, versions))
 }
 
 fn operation(op: Operation) -> &'static str {
@@ -64,38 +85,26 @@ fn operation(op: Operation) -> &'static str {
 impl Webhooks {
     pub fn new(registries: Arc<Registries>) -> Self {
         Webhooks {
-            caller: Arc::new(client::Caller::new(registries.clone())),
+            caller: Arc::new(crate::callout::Caller::new(registries.clone())),
             registries,
             snapshot: Mutex::default(),
         }
     }
 
     /// What calls webhooks (conversion webhooks share it).
-    pub fn caller(&self) -> Arc<client::Caller> {
+    pub fn caller(&self) -> Arc<crate::callout::Caller> {
         self.caller.clone()
     }
 
     /// The configured webhooks, parsed again when either configuration resource changed.
     fn current(&self) -> Result<Loaded, ApiError> {
-        let caches = [
-            "mutatingwebhookconfigurations",
-            "validatingwebhookconfigurations",
-        ]
-        .map(|p| {
-            self.registries
-                .get(&(GROUP, p))
-                .and_then(|r| r.cache.clone())
-        });
-        // Until the configurations are known, nothing is admitted (never admitted unchecked).
-        if caches.iter().flatten().any(|c| !c.is_ready()) {
-            return Err(ApiError::forbidden_path(
-                "not yet ready to handle request".into(),
-            ));
-        }
-        let versions = (
-            caches[0].as_ref().map_or(0, |c| c.content_version()),
-            caches[1].as_ref().map_or(0, |c| c.content_version()),
-        );
+        let (caches, versions) = configurations(
+            &self.registries,
+            [
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations",
+            ],
+        )?;
         let mut snap = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
         if snap.versions != Some(versions) {
             let mut cel = crate::cel::Cache::default();

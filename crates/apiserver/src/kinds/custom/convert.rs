@@ -3,7 +3,7 @@
 //! `Webhook` sends a ConversionReview (apiextensions.k8s.io/v1) to the CRD's conversion
 //! webhook and checks what comes back — as many objects, in the desired version, with their
 //! uid, name and namespace unchanged, and only labels and annotations changed in metadata.
-//! The webhook is called through the admission webhooks' client; the strategy's
+//! The webhook is called through `crate::callout`, as admission webhooks are; the strategy's
 //! conversion hooks are synchronous, so the call blocks its (multi-threaded runtime's)
 //! worker in place, within the webhook's timeout.
 
@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::admission::webhook::client::Caller;
-use crate::admission::webhook::matching::Target;
+use crate::callout::{Caller, Target};
 
 pub enum Conversion {
     None,
@@ -41,28 +40,8 @@ impl Conversion {
             .pointer("/spec/conversion/webhook/clientConfig")
             .cloned()
             .unwrap_or(Value::Null);
-        let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
-            (Some(u), _) => Target::Url(u.to_string()),
-            (None, Some(svc)) => Target::Service {
-                namespace: svc
-                    .get("namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .into(),
-                name: svc.get("name").and_then(Value::as_str).unwrap_or("").into(),
-                path: svc.get("path").and_then(Value::as_str).unwrap_or("").into(),
-                port: svc
-                    .get("port")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(443)
-                    .min(65535) as u16,
-            },
-            _ => Target::Url(String::new()),
-        };
-        let ca_bundle = cc.get("caBundle").and_then(Value::as_str).and_then(|b| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.decode(b).ok()
-        });
+        let target = Target::of(&cc).unwrap_or(Target::Url(String::new()));
+        let ca_bundle = crate::callout::ca_bundle(&cc);
         Conversion::Webhook {
             target,
             ca_bundle,

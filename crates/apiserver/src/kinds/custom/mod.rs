@@ -82,16 +82,7 @@ pub fn resource_def(crd: &Value, version: &str) -> Option<&'static ResourceDef> 
         l if l.is_empty() => kind.to_lowercase(),
         l => l,
     };
-    let strs = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strs = rkube_api::meta::string_list;
     let short = strs(names.get("shortNames"));
     let categories = strs(names.get("categories"));
     let v = version_of(crd, version)?;
@@ -132,7 +123,7 @@ impl CustomKind {
     pub fn new(
         crd: &Value,
         version: &str,
-        caller: Option<std::sync::Arc<crate::admission::webhook::client::Caller>>,
+        caller: Option<std::sync::Arc<crate::callout::Caller>>,
     ) -> Result<CustomKind, String> {
         let group = crd
             .pointer("/spec/group")

@@ -1,7 +1,8 @@
-//! How the apiserver calls webhooks (admission and conversion): HTTPS trusting only the
-//! webhook's `caBundle`, to a `url` or to a Service resolved through its EndpointSlices to a
-//! ready endpoint with the TLS name `<service>.<namespace>.svc`; timeouts on the call and on
-//! reading the answer, a bounded response, clients reused per CA bundle and endpoint.
+//! How the apiserver calls out to webhooks (admission and conversion alike): where a
+//! `clientConfig` points (`Target`), and HTTPS trusting only the webhook's `caBundle`, to a
+//! `url` or to a Service resolved through its EndpointSlices to a ready endpoint with the TLS
+//! name `<service>.<namespace>.svc`; timeouts on the call and on reading the answer, a
+//! bounded response, clients reused per CA bundle and endpoint.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::matching::Target;
 use crate::cache::object::Filter;
 use crate::registry::Registries;
 
@@ -17,6 +17,47 @@ use crate::registry::Registries;
 const MAX_RESPONSE: usize = 16 << 20;
 /// Clients kept (one per CA bundle and resolved endpoint).
 const MAX_CLIENTS: usize = 128;
+
+/// Where a webhook is called.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Url(String),
+    Service {
+        namespace: String,
+        name: String,
+        path: String,
+        port: u16,
+    },
+}
+
+impl Target {
+    /// Where a `clientConfig` (a webhook's, a conversion webhook's) points.
+    pub fn of(cc: &Value) -> Option<Target> {
+        let text = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
+            (Some(u), _) => Some(Target::Url(u.to_string())),
+            (None, Some(svc)) => Some(Target::Service {
+                namespace: text(svc, "namespace"),
+                name: text(svc, "name"),
+                path: text(svc, "path"),
+                port: svc
+                    .get("port")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(443)
+                    .min(65535) as u16,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A `clientConfig`'s `caBundle`, decoded.
+pub fn ca_bundle(cc: &Value) -> Option<Vec<u8>> {
+    cc.get("caBundle").and_then(Value::as_str).and_then(|b| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(b).ok()
+    })
+}
 
 pub struct Caller {
     registries: Arc<Registries>,
