@@ -350,11 +350,7 @@ impl Admission {
             _ => (Some(obj), old),
         };
         let request = || {
-            let operation = match a.operation {
-                Operation::Create => "CREATE",
-                Operation::Update => "UPDATE",
-                Operation::Delete => "DELETE",
-            };
+            let operation = a.operation.as_str();
             let name = match (a.name, new) {
                 ("", Some(o)) => meta::name(o),
                 (n, _) => n,

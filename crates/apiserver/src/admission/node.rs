@@ -98,7 +98,7 @@ pub fn admit(
         },
         ("", "pods", Some("status")) => {
             let Some(old) = old.filter(|_| a.operation == Operation::Update) else {
-                return deny(format!("unexpected operation {:?}", op_name(a.operation)));
+                return deny(format!("unexpected operation {:?}", a.operation.as_str()));
             };
             if node_of(old) != node {
                 return deny(format!("node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"));
@@ -112,7 +112,7 @@ pub fn admit(
         }
         ("", "pods", Some("eviction")) => {
             if a.operation != Operation::Create {
-                return deny(format!("unexpected operation {}", op_name(a.operation)));
+                return deny(format!("unexpected operation {}", a.operation.as_str()));
             }
             match pod(a.namespace, a.name) {
                 Some(p) if node_of(&p) == node => Ok(()),
@@ -177,14 +177,6 @@ pub fn admit(
             Ok(())
         }
         _ => Ok(()),
-    }
-}
-
-fn op_name(op: Operation) -> &'static str {
-    match op {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
     }
 }
 

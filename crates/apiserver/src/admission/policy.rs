@@ -381,11 +381,7 @@ impl Policies {
             Operation::Delete => (None, Some(obj)),
             _ => (Some(obj), old),
         };
-        let op = match a.operation {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-        };
+        let op = a.operation.as_str();
         let req = Request {
             operation: op,
             group: a.def.group,

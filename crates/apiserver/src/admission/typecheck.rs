@@ -125,13 +125,7 @@ pub fn expression_warnings(policy: &Value) -> Vec<Value> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for (list, field) in [
-        ("validations", "expression"),
-        ("validations", "messageExpression"),
-        ("matchConditions", "expression"),
-        ("variables", "expression"),
-        ("auditAnnotations", "valueExpression"),
-    ] {
+    for (list, field) in crate::kinds::admissionregistration::POLICY_EXPRESSIONS {
         for (i, item) in policy
             .pointer(&format!("/spec/{list}"))
             .and_then(Value::as_array)

@@ -193,6 +193,15 @@ impl Strategy for ValidatingWebhookConfiguration {
     }
 }
 
+/// Where a ValidatingAdmissionPolicy's CEL expressions are: (list under `spec`, field).
+pub const POLICY_EXPRESSIONS: [(&str, &str); 5] = [
+    ("validations", "expression"),
+    ("validations", "messageExpression"),
+    ("matchConditions", "expression"),
+    ("variables", "expression"),
+    ("auditAnnotations", "valueExpression"),
+];
+
 /// Every `field` expression of the list at `ptr` compiles (upstream's "compilation failed").
 fn compile_all(obj: &Value, ptr: &str, at: &str, field: &str, causes: &mut Vec<StatusCause>) {
     for (i, item) in obj
@@ -256,13 +265,7 @@ impl Strategy for ValidatingAdmissionPolicy {
         {
             causes.push(StatusCause::required("spec.matchConstraints.resourceRules"));
         }
-        for (list, field) in [
-            ("validations", "expression"),
-            ("validations", "messageExpression"),
-            ("matchConditions", "expression"),
-            ("variables", "expression"),
-            ("auditAnnotations", "valueExpression"),
-        ] {
+        for (list, field) in POLICY_EXPRESSIONS {
             compile_all(
                 obj,
                 &format!("/spec/{list}"),

@@ -17,6 +17,17 @@ pub enum Operation {
     Delete,
 }
 
+impl Operation {
+    /// As admission requests name it (`CREATE`, `UPDATE`, `DELETE`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
 /// What is being written (upstream's `admission.Attributes`, minus the user, which the
 /// `Admit` implementation carries).
 #[derive(Clone, Copy, Debug)]

@@ -74,14 +74,6 @@ pub(crate) fn configurations(
     Ok((caches, versions))
 }
 
-fn operation(op: Operation) -> &'static str {
-    match op {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-    }
-}
-
 impl Webhooks {
     pub fn new(registries: Arc<Registries>) -> Self {
         Webhooks {
@@ -274,7 +266,7 @@ impl Webhooks {
         ns_labels: Option<&BTreeMap<String, String>>,
     ) -> Result<Option<review::Outcome>, ApiError> {
         let req = Request {
-            operation: operation(a.operation),
+            operation: a.operation.as_str(),
             group: a.def.group,
             version: a.def.version,
             resource: a.def.plural,
