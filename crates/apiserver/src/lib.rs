@@ -10,6 +10,7 @@ pub mod cache;
 pub mod callout;
 pub mod cel;
 pub mod chain;
+pub mod cli;
 pub mod compactor;
 pub mod crd;
 pub mod encryption;

@@ -2,6 +2,7 @@
 //! Endpoints, EndpointSlice (and mirroring), ServiceAccount, root-CA, volume, disruption and
 //! CSR-signing controllers over shared informers, optionally behind a leader-election Lease.
 
+pub mod cli;
 pub mod context;
 pub mod cronjob;
 pub mod csrsigning;

@@ -117,11 +117,24 @@ fn crate_dependency_rules_hold() {
     for (pkg, _) in deps.iter() {
         violations.extend(forbid(&deps, pkg, &["rkube-testkit"]));
     }
-    // Benchmarks drive servers over HTTP too.
+    // Benchmarks drive servers over HTTP too (start-bench starts in-process clusters only
+    // through `rkube`, whose components still talk HTTP to each other).
     violations.extend(forbid(
         &deps,
         "rkube-bench",
         &["rkube-store", "rkube-apiserver"],
+    ));
+    // The test-cluster library wraps `rkube::cluster`; it assembles no component itself.
+    violations.extend(forbid(
+        &deps,
+        "rkube-testcluster",
+        &[
+            "rkube-store",
+            "rkube-apiserver",
+            "rkube-controller-manager",
+            "rkube-scheduler",
+            "rkube-kubelet-agent",
+        ],
     ));
     assert!(
         violations.is_empty(),

@@ -26,7 +26,7 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn bin(name: &str) -> PathBuf {
+pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);
     assert!(
         p.exists(),

@@ -6,6 +6,7 @@
 //! usage (`/stats/summary`) and the streaming sessions of exec, attach and port-forward
 //! (`exec`) for every node.
 
+pub mod cli;
 pub mod exec;
 pub mod logs;
 pub mod node;

@@ -4,6 +4,7 @@
 //! condition and a `FailedScheduling` event and wait for a cluster event.
 
 pub mod cache;
+pub mod cli;
 pub mod interpod;
 pub mod plugins;
 pub mod preemption;

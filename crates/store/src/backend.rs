@@ -28,6 +28,37 @@ fn key(rev: Rev) -> (u64, u32) {
 
 pub struct Backend {
     db: Database,
+    /// The database file, or `None` for an in-memory store.
+    file: Option<std::path::PathBuf>,
+    /// The in-memory store's length (what the file's would be).
+    memory_len: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// redb's in-memory backend, recording its length for `Backend::size` (etcd's dbSize).
+#[derive(Debug)]
+struct MemoryBackend {
+    inner: redb::backends::InMemoryBackend,
+    len: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl redb::StorageBackend for MemoryBackend {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.inner.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)?;
+        self.len.store(len, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
+        self.inner.sync_data(eventual)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write(offset, data)
+    }
 }
 
 /// Everything recovered from disk at startup.
@@ -42,12 +73,27 @@ pub struct Recovered {
 }
 
 impl Backend {
-    pub fn open(dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Internal(format!("create {}: {e}", dir.display())))?;
-        let db = Database::builder()
-            .set_cache_size(cache_bytes)
-            .create(dir.join("rkube-store.redb"))?;
+    /// Opens (or creates) the database in `dir`, or an empty one in memory when `dir` is
+    /// `None` (`--ephemeral`: nothing survives the process, nothing touches the disk).
+    pub fn open(dir: Option<&Path>, cache_bytes: usize) -> Result<Self, StoreError> {
+        let memory_len = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut builder = Database::builder();
+        builder.set_cache_size(cache_bytes);
+        let (db, file) = match dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| StoreError::Internal(format!("create {}: {e}", dir.display())))?;
+                let file = dir.join("rkube-store.redb");
+                (builder.create(&file)?, Some(file))
+            }
+            None => {
+                let backend = MemoryBackend {
+                    inner: redb::backends::InMemoryBackend::new(),
+                    len: memory_len.clone(),
+                };
+                (builder.create_with_backend(backend)?, None)
+            }
+        };
         let wtx = db.begin_write()?;
         {
             wtx.open_table(KVS)?;
@@ -61,7 +107,11 @@ impl Backend {
             wtx.open_table(LEASES)?;
         }
         wtx.commit()?;
-        Ok(Backend { db })
+        Ok(Backend {
+            db,
+            file,
+            memory_len,
+        })
     }
 
     /// Rebuilds the key index by scanning every stored revision in order.
@@ -125,10 +175,12 @@ impl Backend {
     }
 
     /// Bytes of the database file (dbSize).
-    pub fn file_size(dir: &Path) -> u64 {
-        std::fs::metadata(dir.join("rkube-store.redb"))
-            .map(|m| m.len())
-            .unwrap_or(0)
+    /// The database's size in bytes (the file's, or the in-memory store's).
+    pub fn size(&self) -> u64 {
+        match &self.file {
+            Some(file) => std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
+            None => self.memory_len.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 }
 

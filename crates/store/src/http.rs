@@ -421,7 +421,7 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
         "maintenance/status" => {
             let _: serde_json::Value = parse(&bytes)?;
             let rev = app.mvcc.current_rev();
-            let size = crate::backend::Backend::file_size(&app.mvcc.data_dir) as i64;
+            let size = app.mvcc.backend.size() as i64;
             let resp = StatusResponse {
                 header: Some(app.mvcc.header(rev)),
                 version: ETCD_VERSION.into(),

@@ -7,6 +7,7 @@
 
 pub mod apply;
 pub mod backend;
+pub mod cli;
 pub mod error;
 pub mod http;
 pub mod index;
@@ -38,6 +39,9 @@ use crate::mvcc::Mvcc;
 #[derive(Clone, Debug)]
 pub struct Config {
     pub data_dir: PathBuf,
+    /// Keep everything in memory (redb's in-memory backend) and ignore `data_dir`: a store
+    /// for tests, gone with the process.
+    pub ephemeral: bool,
     /// Periodic compaction keeps this much history; zero disables it.
     pub auto_compaction_retention: Duration,
     /// Interval of progress notifications to watches that asked; zero disables them.
@@ -69,6 +73,7 @@ impl Config {
     pub fn new(data_dir: PathBuf) -> Self {
         Config {
             data_dir,
+            ephemeral: false,
             auto_compaction_retention: Duration::ZERO,
             watch_progress_notify_interval: Duration::from_secs(600),
             max_request_bytes: 1536 * 1024,
@@ -95,7 +100,8 @@ pub async fn run(
     let metrics = metrics::StoreMetrics::new(registry.clone());
     let cfg = config.clone();
     let mvcc = tokio::task::spawn_blocking(move || {
-        Mvcc::open(cfg.data_dir, cfg.cache_bytes, cfg.min_lease_ttl, metrics)
+        let dir = (!cfg.ephemeral).then_some(cfg.data_dir.as_path());
+        Mvcc::open(dir, cfg.cache_bytes, cfg.min_lease_ttl, metrics)
     })
     .await??;
     register_gauges(&registry, &mvcc);
@@ -134,7 +140,7 @@ pub async fn run(
         }),
         shutdown: shutdown.clone(),
     };
-    tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), "rkube-store serving");
+    tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), ephemeral = config.ephemeral, "rkube-store serving");
     let tls = config
         .tls
         .as_ref()
@@ -191,7 +197,7 @@ fn register_gauges(registry: &Registry, mvcc: &Arc<Mvcc>) {
         "rkube_store_db_size_bytes",
         "Size of the redb file.",
         &[],
-        move || backend::Backend::file_size(&m.data_dir) as f64,
+        move || m.backend.size() as f64,
     );
     let m = mvcc.clone();
     registry.gauge_fn("rkube_store_watchers", "Open watches.", &[], move || {

@@ -1,7 +1,7 @@
 //! `Mvcc`: the store's shared state — the redb backend, the key index at the committed
 //! revision, the lessor and the watch hub — and the read path (Range at any retained revision).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
 use rkube_etcd_api::*;
@@ -43,7 +43,6 @@ pub struct State {
 
 pub struct Mvcc {
     pub backend: Backend,
-    pub data_dir: PathBuf,
     pub state: RwLock<State>,
     pub lessor: Mutex<Lessor>,
     pub hub: Hub,
@@ -57,12 +56,12 @@ pub const RAFT_TERM: u64 = 2;
 
 impl Mvcc {
     pub fn open(
-        data_dir: PathBuf,
+        data_dir: Option<&Path>,
         cache_bytes: usize,
         min_lease_ttl: i64,
         metrics: StoreMetrics,
     ) -> Result<Arc<Self>, StoreError> {
-        let backend = Backend::open(&data_dir, cache_bytes)?;
+        let backend = Backend::open(data_dir, cache_bytes)?;
         let rec = backend.recover()?;
         let lessor = build_lessor(&rec.index, &rec.leases, min_lease_ttl);
         tracing::info!(
@@ -74,7 +73,6 @@ impl Mvcc {
         );
         Ok(Arc::new(Mvcc {
             backend,
-            data_dir,
             hub: Hub::new(
                 rec.current_rev,
                 ResponseHeader {

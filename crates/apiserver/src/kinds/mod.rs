@@ -572,10 +572,12 @@ pub fn quantity(field: &str, q: &Value, causes: &mut Vec<StatusCause>) -> Option
     None
 }
 
-/// Resets status on create (kinds whose status only controllers write).
+/// Resets status on create (kinds whose status only controllers write) to the empty status
+/// upstream's objects always carry (a Go struct, never omitted): clients read
+/// `obj.status.readyReplicas` without checking for `status` first.
 pub fn clear_status(obj: &mut Value) {
-    if obj.get("status").is_some() {
-        obj["status"] = json!({});
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("status".into(), json!({}));
     }
 }
 

@@ -6,7 +6,7 @@ mod crds;
 mod flows;
 mod hostile;
 mod kubectl;
-mod operator;
+mod onebinary;
 mod resilience;
 mod streaming;
 mod workloads;

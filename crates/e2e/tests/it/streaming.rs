@@ -421,14 +421,14 @@ async fn exec_and_port_forward_reach_the_simulated_containers() {
     }
 }
 
-/// A virtualenv with the official Python client (`kubernetes` from PyPI) under `target/`,
+/// A virtualenv with the official Python client (`kubernetes` from PyPI) and pytest under `target/`,
 /// made once; `None` (the test skips, saying why) where Python or PyPI is unavailable.
 pub(crate) fn python_client() -> Option<std::path::PathBuf> {
     let venv = rkube_e2e::workspace_root().join("target/python-client");
     let python = venv.join("bin/python");
     let ready = |p: &std::path::Path| {
         Command::new(p)
-            .args(["-c", "import kubernetes"])
+            .args(["-c", "import kubernetes, pytest"])
             .output()
             .is_ok_and(|o| o.status.success())
     };
@@ -442,7 +442,7 @@ pub(crate) fn python_client() -> Option<std::path::PathBuf> {
         .status()
         .is_ok_and(|s| s.success())
         && Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "kubernetes"])
+            .args(["install", "-q", "kubernetes", "pytest"])
             .status()
             .is_ok_and(|s| s.success());
     (made && ready(&python)).then_some(python)

@@ -1,6 +1,6 @@
-//! An operator written with kube-rs — a `CustomResource` derive, `Api`, the runtime's
-//! `Controller` with a finalizer, status updates and its event `Recorder` — runs against
-//! the whole cluster: its CRD established, children owned by its custom resources created
+//! The documented example of testing a kube-rs operator with `TestCluster`: an operator
+//! written with kube-rs — a `CustomResource` derive, `Api`, the runtime's `Controller` with a
+//! finalizer, status updates and its event `Recorder` — runs against an in-process cluster: its CRD established, children owned by its custom resources created
 //! and kept in step with spec changes, and on deletion its finalizer runs and the children
 //! are collected by the garbage collector.
 
@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalize};
 use kube::runtime::{conditions, wait::await_condition, watcher};
 use kube::{Api, Client, CustomResource, CustomResourceExt, Resource, ResourceExt};
-use rkube_e2e::{Cluster, Opts};
+use rkube_testcluster::TestCluster;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -156,12 +156,8 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_rs_operator_runs_against_the_cluster() {
-    let c = Cluster::start(Opts::default()).await;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&c.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+    let cluster = TestCluster::builder().nodes(0).start().await.unwrap();
+    let client = cluster.client();
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &Echo::crd())
@@ -285,4 +281,5 @@ async fn a_kube_rs_operator_runs_against_the_cluster() {
     })
     .await;
     operator.abort();
+    cluster.shutdown().await;
 }

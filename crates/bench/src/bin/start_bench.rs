@@ -1,0 +1,241 @@
+//! start-bench: how fast rkube is ready as a test dependency. `rkube server` spawned and read
+//! until it prints its kubeconfig (every component ready, nodes Ready), secure and open;
+//! in-process clusters (`rkube::Cluster`, what `rkube-testcluster` wraps) started one after
+//! another and 20 at once; the resident memory of an idle `rkube server` and of a process
+//! holding one in-process cluster. Writes `docs/benchmarks.md`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rkube_bench::*;
+use tokio::io::AsyncBufReadExt;
+
+#[derive(Parser, Debug)]
+struct Flags {
+    #[arg(long, default_value = "target/release/rkube")]
+    rkube_bin: PathBuf,
+    /// Starts measured per configuration.
+    #[arg(long, default_value_t = 50)]
+    starts: usize,
+    /// In-process clusters started at once.
+    #[arg(long, default_value_t = 20)]
+    parallel: usize,
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    out: PathBuf,
+    /// Internal: hold one in-process cluster with these nodes and print this process's RSS.
+    #[arg(long, hide = true)]
+    idle_rss: Option<usize>,
+}
+
+fn pct(mut v: Vec<u64>) -> (u64, u64) {
+    v.sort_unstable();
+    (percentile(&v, 0.5), percentile(&v, 0.99))
+}
+
+/// Spawns `rkube server ARGS --print-kubeconfig`; microseconds until the `...` line, and the
+/// child (still running).
+async fn server_start(
+    bin: &PathBuf,
+    args: &[&str],
+) -> anyhow::Result<(u64, tokio::process::Child)> {
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(bin)
+        .arg("server")
+        .args(args)
+        .args(["--ephemeral", "--port", "0", "--print-kubeconfig"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line == "..." {
+            return Ok((t.elapsed().as_micros() as u64, child));
+        }
+    }
+    anyhow::bail!("rkube server exited before it was ready")
+}
+
+async fn stop(mut child: tokio::process::Child) -> anyhow::Result<()> {
+    let pid = child.id().unwrap_or_default().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()?;
+    tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
+    Ok(())
+}
+
+fn options(nodes: usize, secure: bool) -> rkube::Options {
+    rkube::Options {
+        nodes,
+        secure,
+        ..Default::default()
+    }
+}
+
+/// One in-process cluster held idle; prints this process's RSS in bytes.
+async fn idle_rss(nodes: usize) -> anyhow::Result<()> {
+    let opts = if nodes == 0 {
+        rkube::Options {
+            nodes: 0,
+            controllers: None,
+            scheduler: false,
+            ..Default::default()
+        }
+    } else {
+        options(nodes, false)
+    };
+    let cluster = rkube::Cluster::start(opts).await?;
+    // Settled: informers synced, first status reports and leases written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!("{}", rss_of(std::process::id()));
+    cluster.shutdown(Duration::from_secs(5)).await;
+    Ok(())
+}
+
+fn rss_child(self_bin: &PathBuf, nodes: usize) -> anyhow::Result<u64> {
+    let out = std::process::Command::new(self_bin)
+        .args(["--idle-rss", &nodes.to_string()])
+        .stderr(Stdio::null())
+        .output()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|e| anyhow::anyhow!("idle-rss: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    if let Some(nodes) = flags.idle_rss {
+        return idle_rss(nodes).await;
+    }
+    let n = flags.starts;
+    let mut server = Vec::new();
+    let mut server_rss = 0;
+    for (label, args) in [
+        (
+            "secure (HTTPS, client certificates, Node+RBAC), 3 nodes",
+            vec!["--nodes", "3"],
+        ),
+        (
+            "open (`--insecure`), 3 nodes",
+            vec!["--nodes", "3", "--insecure"],
+        ),
+        (
+            "API only (`--insecure --nodes 0 --no-controller-manager --no-scheduler`)",
+            vec![
+                "--nodes",
+                "0",
+                "--insecure",
+                "--no-controller-manager",
+                "--no-scheduler",
+            ],
+        ),
+    ] {
+        let mut times = Vec::new();
+        for i in 0..n {
+            let (us, child) = server_start(&flags.rkube_bin, &args).await?;
+            times.push(us);
+            if i == 0 && server_rss == 0 {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                server_rss = rss_of(child.id().unwrap_or_default());
+            }
+            stop(child).await?;
+        }
+        println!("rkube server {label}: {:?}", pct(times.clone()));
+        server.push((label, pct(times)));
+    }
+
+    let mut inproc = Vec::new();
+    for (label, opts) in [
+        (
+            "1 node, all controllers, scheduler, open",
+            options(1, false),
+        ),
+        ("1 node, secure", options(1, true)),
+        (
+            "API only (no controllers, scheduler or nodes)",
+            rkube::Options {
+                nodes: 0,
+                controllers: None,
+                scheduler: false,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let c = rkube::Cluster::start(opts.clone()).await?;
+            times.push(t.elapsed().as_micros() as u64);
+            c.shutdown(Duration::from_secs(5)).await;
+        }
+        println!("in-process {label}: {:?}", pct(times.clone()));
+        inproc.push((label, pct(times)));
+    }
+
+    let t = Instant::now();
+    let starts = (0..flags.parallel).map(|_| rkube::Cluster::start(options(1, false)));
+    let clusters = futures_util::future::join_all(starts).await;
+    let parallel = t.elapsed();
+    let mut started = Vec::new();
+    for c in clusters {
+        started.push(c?);
+    }
+    let slowest = started.iter().map(|c| c.startup).max().unwrap_or_default();
+    for c in started {
+        c.shutdown(Duration::from_secs(5)).await;
+    }
+
+    let me = std::env::current_exe()?;
+    let rss_api = rss_child(&me, 0)?;
+    let rss_one = rss_child(&me, 1)?;
+
+    let ms = |us: u64| format!("{:.0}", us as f64 / 1000.0);
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+    let mut table = format!(
+        "## Start-up as a test dependency (start-bench)\n\n{} — commit {} — {}\n\n\
+         Ready means every component answers `/readyz` and every node is Ready (for `rkube server`, from spawning the process \
+         until it prints the kubeconfig). {n} starts each, one after another, store in memory. Targets: `rkube server` ≤ 200 ms, \
+         an in-process cluster ≤ 100 ms, an idle in-process cluster ≤ 40 MiB. For comparison, published figures: \
+         controller-runtime's envtest (etcd + kube-apiserver, no controllers) 7–15 s; KWOK ~5 s; k3d/kind tens of seconds.\n\n\
+         | start | p50 | p99 |\n|---|---|---|\n",
+        machine(),
+        git_commit(),
+        utc_now()
+    );
+    for (label, (p50, p99)) in &server {
+        table += &format!(
+            "| `rkube server`, {label} | {} ms | {} ms |\n",
+            ms(*p50),
+            ms(*p99)
+        );
+    }
+    for (label, (p50, p99)) in &inproc {
+        table += &format!(
+            "| in-process cluster, {label} | {} ms | {} ms |\n",
+            ms(*p50),
+            ms(*p99)
+        );
+    }
+    table += &format!(
+        "\n| figure | value |\n|---|---|\n\
+         | {} in-process clusters (1 node each) started at once in one process: all ready | {} ms (slowest {} ms) |\n\
+         | RSS of a process holding one idle in-process cluster, API only | {} |\n\
+         | RSS of a process holding one idle in-process cluster, 1 node and every controller | {} |\n\
+         | RSS of an idle `rkube server` (secure, 3 nodes) | {} |\n",
+        flags.parallel,
+        parallel.as_millis(),
+        slowest.as_millis(),
+        mib(rss_api),
+        mib(rss_one),
+        mib(server_rss),
+    );
+    println!("\n{table}");
+    write_section(&flags.out, "start-bench", &table)?;
+    println!("written to {}", flags.out.display());
+    Ok(())
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Benchmarks rkube as a test dependency: `rkube server` start-to-ready (secure, open, API only),
+# in-process clusters one by one and 20 at once, idle memory; writes docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p rkube -p rkube-bench
+exec ./target/release/start-bench "$@"
