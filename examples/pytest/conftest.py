@@ -34,7 +34,11 @@ def rkube_kubeconfig():
         yield f.name
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         os.unlink(f.name)
 
 

@@ -23,7 +23,7 @@ def test_a_deployment_rolls_out(k8s):
     for event in watch.Watch().stream(apps.list_namespaced_deployment, "default",
                                       field_selector="metadata.name=web", timeout_seconds=60):
         status = event["object"].status
-        if status.ready_replicas == 2:
+        if status is not None and status.ready_replicas == 2:
             break
         assert time.monotonic() < deadline
     else:

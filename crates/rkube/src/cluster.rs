@@ -110,6 +110,17 @@ pub struct Cluster {
     _temp: Option<tempfile::TempDir>,
 }
 
+/// Components started by a `Cluster::start` that has not returned yet.
+struct Started(Vec<Component>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            c.stop.cancel();
+        }
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for c in &self.components {
@@ -141,6 +152,13 @@ impl Cluster {
         let (temp, base) = match &opts.data_dir {
             Some(d) => {
                 std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+                // The store (Secrets, the token signing key) and the CA key live here.
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+                        .with_context(|| format!("chmod 700 {}", d.display()))?;
+                }
                 (None, d.clone())
             }
             None => {
@@ -190,7 +208,9 @@ impl Cluster {
         let admin = client_config("admin")?;
 
         let (exit_tx, exits) = mpsc::unbounded_channel();
-        let mut components = Vec::new();
+        // Until the cluster is returned, an error (or the caller dropping this future) stops
+        // whatever already started.
+        let mut components = Started(Vec::new());
         let mut spawn = |name: &'static str,
                          fut: std::pin::Pin<
             Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>,
@@ -204,13 +224,13 @@ impl Cluster {
                 }
                 let _ = tx.send((name, result));
             });
-            components.push(Component { name, stop, task });
+            components.0.push(Component { name, stop, task });
         };
 
         // Storage.
         let mut store = rkube_store::Config::new(base.join("store"));
         store.ephemeral = opts.data_dir.is_none();
-        // Bookmarks reach watchers within a second of quiet, as on a busy etcd.
+        // Progress notifications every 5 s keep the watch caches' bookmarks moving.
         store.watch_progress_notify_interval = Duration::from_secs(5);
         if let Some(dir) = &pki {
             store.tls = Some(rkube_daemon::tls::TlsFiles {
@@ -342,7 +362,7 @@ impl Cluster {
             pki,
             nodes,
             startup: Duration::ZERO,
-            components,
+            components: std::mem::take(&mut components.0),
             exits,
             _temp: temp,
         };
@@ -462,6 +482,12 @@ pub fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     let mut f = opts
         .open(path)
         .with_context(|| format!("write {}", path.display()))?;
+    // An existing file keeps its mode on open: make it private before the key goes in.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
     f.write_all(text.as_bytes())?;
     Ok(())
 }

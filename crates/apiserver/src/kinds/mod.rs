@@ -572,12 +572,10 @@ pub fn quantity(field: &str, q: &Value, causes: &mut Vec<StatusCause>) -> Option
     None
 }
 
-/// Resets status on create (kinds whose status only controllers write) to the empty status
-/// upstream's objects always carry (a Go struct, never omitted): clients read
-/// `obj.status.readyReplicas` without checking for `status` first.
+/// Resets status on create (kinds whose status only controllers write).
 pub fn clear_status(obj: &mut Value) {
-    if let Some(m) = obj.as_object_mut() {
-        m.insert("status".into(), json!({}));
+    if obj.get("status").is_some() {
+        obj["status"] = json!({});
     }
 }
 

@@ -1,30 +1,14 @@
 //! In-process clusters: ready with nodes and controllers, many at once and independent,
 //! API-only, secure with RBAC, usable by kubectl through the kubeconfig file, gone on drop.
 
-use std::time::Duration;
-
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use rkube_testcluster::TestCluster;
-use serde_json::json;
 
-/// Polls `f` until it holds (30 s).
-async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !f().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use crate::eventually;
+use serde_json::json;
 
 fn configmap(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
@@ -63,6 +47,16 @@ async fn a_deployment_runs_on_the_nodes_and_kubectl_reads_the_kubeconfig() {
                 .items
                 .iter()
                 .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    eventually("the Deployment's two ready replicas", || async {
+        deploys
+            .get("web")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.ready_replicas)
+            == Some(2)
     })
     .await;
     let out = std::process::Command::new("kubectl")

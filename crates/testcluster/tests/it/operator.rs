@@ -17,6 +17,8 @@ use kube::runtime::finalizer::{finalizer, Event as Finalize};
 use kube::runtime::{conditions, wait::await_condition, watcher};
 use kube::{Api, Client, CustomResource, CustomResourceExt, Resource, ResourceExt};
 use rkube_testcluster::TestCluster;
+
+use crate::eventually;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -136,22 +138,6 @@ async fn cleanup(echo: &Echo, ctx: &Ctx) -> Result<Action, Failed> {
 
 fn error_policy(_: Arc<Echo>, _: &Failed, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_millis(500))
-}
-
-/// Polls `f` until it holds (30 s).
-async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !f().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
