@@ -290,15 +290,7 @@ pub fn pod_uses(pod: &Value, resource: &str, name: &str) -> bool {
 
 /// The string lists of a PolicyRule field.
 fn strings(rule: &Value, field: &str) -> Vec<String> {
-    rule.get(field)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::meta::string_list(rule.get(field))
 }
 
 /// One broken-down rule: one verb on one group/resource (and at most one name), or one verb

@@ -296,46 +296,52 @@ pub async fn run(
         watches: inflight::Watches::new(config.max_watches_per_user),
         registries: registries.clone(),
     });
-    if config.auth.modes.contains(&auth::Mode::Rbac) {
-        bootstrap(
-            &registries,
-            "rbac.authorization.k8s.io",
-            [
-                ("clusterroles", auth::bootstrap::cluster_roles()),
-                (
-                    "clusterrolebindings",
-                    auth::bootstrap::cluster_role_bindings(),
-                ),
-            ],
-        )
-        .await?;
-    }
-    bootstrap(
+    // Upstream's bootstrap objects, the groups side by side (each is independent).
+    let rbac = async {
+        if config.auth.modes.contains(&auth::Mode::Rbac) {
+            bootstrap(
+                &registries,
+                "rbac.authorization.k8s.io",
+                [
+                    ("clusterroles", auth::bootstrap::cluster_roles()),
+                    (
+                        "clusterrolebindings",
+                        auth::bootstrap::cluster_role_bindings(),
+                    ),
+                ],
+            )
+            .await?;
+        }
+        anyhow::Ok(())
+    };
+    let classes = bootstrap(
         &registries,
         "scheduling.k8s.io",
         [("priorityclasses", kinds::scheduling::system_classes())],
-    )
-    .await?;
-    bootstrap(
+    );
+    let apiservices = bootstrap(
         &registries,
         "apiregistration.k8s.io",
         [("apiservices", kinds::apiregistration::local_services())],
-    )
-    .await?;
-    if config.priority_and_fairness {
-        bootstrap(
-            &registries,
-            FLOWCONTROL,
-            [
-                (
-                    "prioritylevelconfigurations",
-                    flowcontrol::defaults::level_objects(),
-                ),
-                ("flowschemas", flowcontrol::defaults::schema_objects()),
-            ],
-        )
-        .await?;
-    }
+    );
+    let apf = async {
+        if config.priority_and_fairness {
+            bootstrap(
+                &registries,
+                FLOWCONTROL,
+                [
+                    (
+                        "prioritylevelconfigurations",
+                        flowcontrol::defaults::level_objects(),
+                    ),
+                    ("flowschemas", flowcontrol::defaults::schema_objects()),
+                ],
+            )
+            .await?;
+        }
+        anyhow::Ok(())
+    };
+    tokio::try_join!(rbac, classes, apiservices, apf)?;
 
     tokio::spawn(bookmarks(registries.clone(), shutdown.clone()));
     tokio::spawn(
@@ -362,10 +368,13 @@ pub async fn run(
         let (ready, caches, shutdown) = (ready.clone(), caches.clone(), shutdown.clone());
         tokio::spawn(async move {
             loop {
-                ready.set(caches.iter().all(|c| c.is_ready()));
+                let now = caches.iter().all(|c| c.is_ready());
+                ready.set(now);
+                // Until first ready, often: a start waits on this flag.
+                let every = if now { 100 } else { 2 };
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = tokio::time::sleep(Duration::from_millis(every)) => {}
                 }
             }
         });
@@ -542,40 +551,54 @@ fn list_width(registries: &registry::Registries) -> flowcontrol::Width {
     })
 }
 
+/// How many bootstrap objects are written at once: RBAC's ~120 written one by one took most
+/// of a secure start.
+const BOOTSTRAP_CONCURRENCY: usize = 16;
+
 /// Creates upstream's bootstrap objects of a group (RBAC's roles and bindings, flow control's
-/// schemas and levels); existing ones are reconciled (`reconcile`).
+/// schemas and levels), several at once; existing ones are reconciled (`reconcile`).
 async fn bootstrap<const N: usize>(
     registries: &registry::Registries,
     group: &'static str,
     sets: [(&'static str, Vec<serde_json::Value>); N],
 ) -> anyhow::Result<()> {
+    use futures_util::TryStreamExt;
     for (plural, objects) in sets {
         let reg = registries
             .get(&(group, plural))
             .with_context(|| format!("{plural} registry"))?;
-        for obj in objects {
-            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-            match reg.create("", obj.clone(), OWN_WRITE).await {
-                Ok(_) => tracing::debug!(%plural, %name, "created bootstrap object"),
-                Err(e) if e.code() == 409 => {
-                    // Present: bring it up to this version's (a racing writer wins; next start
-                    // tries again).
-                    let current: serde_json::Value =
-                        serde_json::from_slice(&reg.get("", &name, None).await.map_err(|e| {
-                            anyhow::anyhow!("reading {plural} {name}: {}", e.status().message)
-                        })?)?;
-                    if let Some(updated) = reg.strategy.reconcile_bootstrap(&current, &obj) {
-                        match reg.update("", &name, updated, None, OWN_WRITE).await {
-                            Ok(_) => tracing::info!(%plural, %name, "reconciled bootstrap object"),
-                            Err(e) => {
-                                tracing::warn!(%plural, %name, error = %e.status().message, "could not reconcile bootstrap object")
-                            }
-                        }
+        let reg = &reg;
+        futures_util::stream::iter(objects.into_iter().map(Ok))
+            .try_for_each_concurrent(BOOTSTRAP_CONCURRENCY, |obj| async move {
+                bootstrap_one(reg, plural, obj).await
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Creates one bootstrap object, or reconciles the stored one.
+async fn bootstrap_one(reg: &Registry, plural: &str, obj: serde_json::Value) -> anyhow::Result<()> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+    match reg.create("", obj.clone(), OWN_WRITE).await {
+        Ok(_) => tracing::debug!(%plural, %name, "created bootstrap object"),
+        Err(e) if e.code() == 409 => {
+            // Present: bring it up to this version's (a racing writer wins; next start tries
+            // again).
+            let current: serde_json::Value =
+                serde_json::from_slice(&reg.get("", &name, None).await.map_err(|e| {
+                    anyhow::anyhow!("reading {plural} {name}: {}", e.status().message)
+                })?)?;
+            if let Some(updated) = reg.strategy.reconcile_bootstrap(&current, &obj) {
+                match reg.update("", &name, updated, None, OWN_WRITE).await {
+                    Ok(_) => tracing::info!(%plural, %name, "reconciled bootstrap object"),
+                    Err(e) => {
+                        tracing::warn!(%plural, %name, error = %e.status().message, "could not reconcile bootstrap object")
                     }
                 }
-                Err(e) => anyhow::bail!("creating {plural} {name}: {}", e.status().message),
             }
         }
+        Err(e) => anyhow::bail!("creating {plural} {name}: {}", e.status().message),
     }
     Ok(())
 }

@@ -182,10 +182,21 @@ pub async fn start_etcd(bin: &str) -> anyhow::Result<Server> {
 }
 
 pub fn rss_of(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The anonymous part of a process's resident memory (heap, stacks; not its code pages,
+/// which are file-backed and shared by every process running the same binary).
+pub fn rss_anon_of(pid: u32) -> u64 {
+    status_bytes(pid, "RssAnon:")
+}
+
+/// A `… kB` line of `/proc/PID/status`, in bytes (0 when unreadable).
+fn status_bytes(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| {
                 l.split_whitespace()
                     .nth(1)
                     .and_then(|kb| kb.parse::<u64>().ok())

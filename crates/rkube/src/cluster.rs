@@ -44,6 +44,9 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// The apiserver's address (port 0: any free port).
     pub api_addr: SocketAddr,
+    /// More addresses or names for the secure apiserver's certificate (beside the one the
+    /// kubeconfig uses).
+    pub tls_sans: Vec<String>,
     /// The simulated containers' stages (`fast`, `realistic`, or a file).
     pub stages: rkube_kubelet_agent::stages::Stages,
     /// How long `start` waits for everything to be ready.
@@ -61,6 +64,7 @@ impl Default for Options {
             secure: false,
             data_dir: None,
             api_addr: SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0),
+            tls_sans: Vec::new(),
             stages: rkube_kubelet_agent::stages::Stages::fast(),
             ready_timeout: Duration::from_secs(30),
             apiserver_tweaks: Vec::new(),
@@ -179,7 +183,9 @@ impl Cluster {
                 dir: base.join("pki"),
                 server: server.clone(),
                 admin_server: None,
-                hosts: vec![api_addr.ip().to_string()],
+                hosts: std::iter::once(api_addr.ip().to_string())
+                    .chain(opts.tls_sans.iter().cloned())
+                    .collect(),
                 nodes: nodes.clone(),
                 admin_owner: None,
             };
@@ -268,6 +274,7 @@ impl Cluster {
             api.auth.modes = rkube_apiserver::auth::Mode::parse_list("Node,RBAC")
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             api.enable_admission_plugins = vec!["NodeRestriction".into()];
+            api.priority_and_fairness = true;
             api.kubelet = rkube_apiserver::http::logs::KubeletConfig {
                 client_cert: Some(dir.join("apiserver-kubelet-client.crt")),
                 client_key: Some(dir.join("apiserver-kubelet-client.key")),

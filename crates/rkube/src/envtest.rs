@@ -148,6 +148,24 @@ pub fn apiserver_argv(args: &[(String, String)]) -> (Vec<String>, Vec<String>) {
     for (k, v) in args {
         match k.as_str() {
             "cert-dir" => cert_dir = Some(PathBuf::from(v)),
+            // Lists: the entries rkube has are kept, the others named (envtest users add
+            // upstream's plugins and modes, e.g. `Webhook` authorization).
+            "enable-admission-plugins" | "disable-admission-plugins" | "authorization-mode" => {
+                let (keep, drop): (Vec<&str>, Vec<&str>) = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .partition(|name| match k.as_str() {
+                        "authorization-mode" => {
+                            rkube_apiserver::auth::Mode::parse_list(name).is_ok()
+                        }
+                        _ => rkube_apiserver::admission::is_known(name),
+                    });
+                unknown.extend(drop.iter().map(|d| format!("--{k} entry {d}")));
+                if !keep.is_empty() {
+                    argv.push(format!("--{k}={}", keep.join(",")));
+                }
+            }
             k if APISERVER_IGNORED.contains(&k) => {}
             k if known.iter().any(|(name, _)| name == k) => argv.push(format!("--{k}={v}")),
             _ => unknown.push(format!("--{k}={v}")),
@@ -214,7 +232,7 @@ async fn kube_apiserver(rest: &[String]) -> anyhow::Result<()> {
         .collect();
     let (mut argv, unknown) = apiserver_argv(&args);
     for u in &unknown {
-        eprintln!("rkube kube-apiserver: ignoring {u} (not an rkube flag)");
+        eprintln!("rkube kube-apiserver: ignoring {u} (rkube has no such flag or value)");
     }
     let shutdown = rkube_daemon::shutdown_token();
     let mut token_dir = None;
@@ -335,9 +353,10 @@ mod tests {
     fn envtest_apiserver_flags_become_rkube_apiserver_flags() {
         let given: Vec<(String, String)> = [
             ("allow-privileged", "true"),
-            ("authorization-mode", "RBAC"),
+            ("authorization-mode", "Webhook,RBAC"),
             ("cert-dir", "/certs"),
             ("client-ca-file", "/certs/client-cert-auth-ca.crt"),
+            ("enable-admission-plugins", "NodeRestriction,PodSecurity"),
             ("etcd-servers", "http://127.0.0.1:2379"),
             ("feature-gates", "Foo=true"),
             ("secure-port", "6443"),
@@ -353,13 +372,21 @@ mod tests {
                 "kube-apiserver",
                 "--authorization-mode=RBAC",
                 "--client-ca-file=/certs/client-cert-auth-ca.crt",
+                "--enable-admission-plugins=NodeRestriction",
                 "--etcd-servers=http://127.0.0.1:2379",
                 "--secure-port=6443",
                 "--tls-cert-file=/certs/apiserver.crt",
                 "--tls-private-key-file=/certs/apiserver.key",
             ]
         );
-        assert_eq!(unknown, vec!["--some-future-flag=x"]);
+        assert_eq!(
+            unknown,
+            vec![
+                "--authorization-mode entry Webhook",
+                "--enable-admission-plugins entry PodSecurity",
+                "--some-future-flag=x"
+            ]
+        );
         use clap::Parser;
         let flags = rkube_apiserver::cli::Flags::try_parse_from(&argv).unwrap();
         assert_eq!(flags.url(), "https://127.0.0.1:6443");

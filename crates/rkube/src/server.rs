@@ -26,11 +26,16 @@ pub struct Flags {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Plain HTTP, anonymous access and AlwaysAllow, instead of HTTPS with client
-    /// certificates, Node+RBAC and priority and fairness.
+    /// certificates, Node+RBAC, NodeRestriction and priority and fairness.
     #[arg(long)]
     insecure: bool,
+    /// The apiserver's address (`0.0.0.0` for every interface: then name the addresses
+    /// clients use with `--tls-san`, as the serving certificate covers 127.0.0.1 only).
     #[arg(long, default_value = "127.0.0.1")]
     bind_address: std::net::IpAddr,
+    /// More IP addresses or DNS names for the apiserver's serving certificate.
+    #[arg(long, value_delimiter = ',')]
+    tls_san: Vec<String>,
     /// The apiserver's port (0: any free port; the kubeconfig says which).
     #[arg(long, default_value_t = 6443)]
     port: u16,
@@ -80,6 +85,7 @@ impl Flags {
             secure: !self.insecure,
             data_dir,
             api_addr: SocketAddr::new(self.bind_address, self.port),
+            tls_sans: self.tls_san.clone(),
             stages: rkube_kubelet_agent::stages::Stages::load(&self.stages)
                 .map_err(|e| anyhow::anyhow!("--stages: {e}"))?,
             ready_timeout: self.ready_timeout.into(),

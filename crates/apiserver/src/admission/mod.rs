@@ -66,11 +66,29 @@ const ALL: &[(&str, Plugin, bool)] = &[
     ("ResourceQuota", Plugin::ResourceQuota, true),
 ];
 
+/// Upstream's plugins that rkube always runs (webhooks and policies are configured by their
+/// objects): naming them in `--enable-admission-plugins` is accepted, disabling them is not.
+const ALWAYS_ON: &[&str] = &[
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
+];
+
+/// Whether `name` is a plugin rkube knows (one it can switch, or one always on).
+pub fn is_known(name: &str) -> bool {
+    ALWAYS_ON.contains(&name) || ALL.iter().any(|(n, _, _)| *n == name)
+}
+
 /// The enabled plugins, in upstream's order: the defaults plus `enable`, minus `disable`.
 /// Unknown names are an error listing the known ones.
 pub fn plugins(enable: &[String], disable: &[String]) -> Result<Vec<Plugin>, String> {
+    if let Some(name) = disable.iter().find(|d| ALWAYS_ON.contains(&d.as_str())) {
+        return Err(format!(
+            "admission plugin {name:?} cannot be disabled in rkube (its objects configure it)"
+        ));
+    }
     for name in enable.iter().chain(disable) {
-        if !ALL.iter().any(|(n, _, _)| n == name) {
+        if !is_known(name) {
             let known: Vec<&str> = ALL.iter().map(|(n, _, _)| *n).collect();
             return Err(format!(
                 "unknown admission plugin {name:?} (known: {})",
@@ -759,6 +777,12 @@ mod tests {
         assert!(plugins(&["Bogus".into()], &none)
             .unwrap_err()
             .contains("Bogus"));
+        // Upstream's webhook plugins are named in many command lines: on already.
+        let w = plugins(&["ValidatingAdmissionWebhook".into()], &none).unwrap();
+        assert_eq!(w, d);
+        assert!(plugins(&none, &["MutatingAdmissionWebhook".into()])
+            .unwrap_err()
+            .contains("cannot be disabled"));
     }
 
     #[test]

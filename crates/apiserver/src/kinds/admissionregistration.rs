@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use rkube_api::strategic::{ListStrategy, Lists};
 
 use super::print::{self, s, Column};
-use super::{clear_status, set_default, Strategy};
+use super::{reset_status, set_default, Strategy};
 
 pub struct MutatingWebhookConfiguration;
 pub struct ValidatingWebhookConfiguration;
@@ -241,7 +241,7 @@ impl Strategy for ValidatingAdmissionPolicy {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

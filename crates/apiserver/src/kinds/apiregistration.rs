@@ -7,7 +7,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, Column};
-use super::{clear_status, Strategy};
+use super::{reset_status, Strategy};
 
 pub struct ApiService;
 
@@ -72,7 +72,7 @@ impl Strategy for ApiService {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({}));
         // A Local service (no backing Service) is available as soon as it exists.
         if obj.pointer("/spec/service").is_none_or(Value::is_null) {
             obj["status"] = json!({"conditions": [{

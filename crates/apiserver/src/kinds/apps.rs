@@ -7,7 +7,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, i, list_of, selector_string, Column};
-use super::{clear_status, podspec, set_default, Strategy};
+use super::{podspec, reset_status, set_default, Strategy};
 
 pub struct Deployment;
 pub struct ReplicaSet;
@@ -15,9 +15,9 @@ pub struct ReplicaSet;
 /// What every workload with a pod template shares: status reset on create, a selector that
 /// matches the template and never changes, generation tracking.
 macro_rules! workload {
-    () => {
+    ($zero:expr) => {
         fn prepare_for_create(&self, obj: &mut Value) {
-            clear_status(obj);
+            reset_status(obj, $zero);
         }
 
         fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
@@ -58,7 +58,7 @@ impl Strategy for Deployment {
         podspec::template_defaults(obj);
     }
 
-    workload!();
+    workload!(json!({}));
 
     fn spec_changed(&self, new: &Value, old: &Value) -> bool {
         new.get("spec") != old.get("spec")
@@ -104,7 +104,7 @@ impl Strategy for ReplicaSet {
         podspec::template_defaults(obj);
     }
 
-    workload!();
+    workload!(json!({"replicas": 0}));
 
     // No `status.replicas` field selector: the registry has the attribute, but apps/v1
     // registers no field-label conversion, so 1.33 refuses it (docs/research/field-selectors-1.33.txt).

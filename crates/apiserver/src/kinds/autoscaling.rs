@@ -7,7 +7,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, i, s, Column};
-use super::{clear_status, set_default, Strategy};
+use super::{reset_status, set_default, Strategy};
 
 pub struct HorizontalPodAutoscaler;
 
@@ -32,7 +32,7 @@ impl Strategy for HorizontalPodAutoscaler {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({"desiredReplicas": 0}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::autoscaling::HorizontalPodAutoscaler as V2;
 use super::print::Column;
-use super::{clear_status, set_default, status_only, Strategy};
+use super::{reset_status, set_default, status_only, Strategy};
 
 pub struct HorizontalPodAutoscalerV1;
 
@@ -52,7 +52,7 @@ impl Strategy for HorizontalPodAutoscalerV1 {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({"currentReplicas": 0, "desiredReplicas": 0}));
         carry(&json!({}), obj, STATUS_ANNOTATIONS);
     }
 

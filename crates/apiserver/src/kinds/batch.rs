@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::apps::{selector_immutable, validate_selector_template};
 use super::print::{self, i, list_of, or_none, s, selector_string, Column};
-use super::{clear_status, podspec, set_at, set_default, Strategy};
+use super::{podspec, reset_status, set_at, set_default, Strategy};
 
 pub struct Job;
 pub struct CronJob;
@@ -124,7 +124,7 @@ impl Strategy for Job {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({}));
         let manual = obj
             .pointer("/spec/manualSelector")
             .and_then(Value::as_bool)
@@ -332,7 +332,7 @@ impl Strategy for CronJob {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

@@ -7,7 +7,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, s, Column};
-use super::{clear_status, Strategy};
+use super::{reset_status, Strategy};
 
 pub struct CertificateSigningRequest;
 
@@ -15,7 +15,7 @@ impl Strategy for CertificateSigningRequest {
     crate::typed_kind!(certificates::CertificateSigningRequest);
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({}));
     }
 
     fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {

@@ -572,10 +572,12 @@ pub fn quantity(field: &str, q: &Value, causes: &mut Vec<StatusCause>) -> Option
     None
 }
 
-/// Resets status on create (kinds whose status only controllers write).
-pub fn clear_status(obj: &mut Value) {
-    if obj.get("status").is_some() {
-        obj["status"] = json!({});
+/// Resets status on create to the kind's `zero` (kinds whose status only controllers write).
+/// Upstream's status is a struct, always serialized: `{}` where every field is omitempty,
+/// else the zero counters clients require (a ReplicaSet's `replicas: 0`, …).
+pub fn reset_status(obj: &mut Value, zero: Value) {
+    if let Some(o) = obj.as_object_mut() {
+        o.insert("status".into(), zero);
     }
 }
 

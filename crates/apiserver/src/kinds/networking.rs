@@ -7,7 +7,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, label_map, or_none, s, Column};
-use super::{clear_status, Strategy};
+use super::{reset_status, Strategy};
 
 pub struct Ingress;
 pub struct IngressClass;
@@ -19,7 +19,7 @@ impl Strategy for Ingress {
     crate::typed_kind!(net::Ingress);
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({"loadBalancer": {}}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
@@ -262,7 +262,7 @@ impl Strategy for ServiceCidr {
     crate::typed_kind!(net::ServiceCIDR);
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

@@ -7,7 +7,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, i, label_map, list_of, or_none, Column};
-use super::{clear_status, podspec, set_default, Strategy};
+use super::{podspec, reset_status, set_default, Strategy};
 
 pub struct PodTemplate;
 pub struct ReplicationController;
@@ -64,7 +64,7 @@ impl Strategy for ReplicationController {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({"replicas": 0}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

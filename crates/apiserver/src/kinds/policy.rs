@@ -6,7 +6,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, i, Column};
-use super::{clear_status, Strategy};
+use super::{reset_status, Strategy};
 
 pub struct PodDisruptionBudget;
 
@@ -22,7 +22,10 @@ impl Strategy for PodDisruptionBudget {
     crate::typed_kind!(policy::PodDisruptionBudget);
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(
+            obj,
+            json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}),
+        );
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

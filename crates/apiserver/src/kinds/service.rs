@@ -8,7 +8,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, label_map, or_none, s, Column};
-use super::{clear_status, set_default, NameRule, Strategy};
+use super::{reset_status, set_default, NameRule, Strategy};
 
 pub struct Service;
 pub struct ServiceAccount;
@@ -56,7 +56,7 @@ impl Strategy for Service {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({"loadBalancer": {}}));
     }
 
     /// Upstream's `patchAllocatedValues`: an update that leaves out what was allocated (a
@@ -258,18 +258,7 @@ impl Strategy for Service {
 
 /// kubectl's External-IP cell.
 fn external_ip(obj: &Value) -> String {
-    let strings = |ptr: &str| -> Vec<String> {
-        obj.pointer(ptr)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let external = strings("/spec/externalIPs");
+    let external = meta::string_list(obj.pointer("/spec/externalIPs"));
     match s(obj, "/spec/type").as_str() {
         "ClusterIP" | "NodePort" => {
             if external.is_empty() {

@@ -6,7 +6,7 @@ use rkube_api::{meta, StatusCause};
 use serde_json::{json, Value};
 
 use super::print::{self, i, label_map, list_of, or_none, s, selector_string, Column};
-use super::{clear_status, podspec, set_default, Strategy};
+use super::{podspec, reset_status, set_default, Strategy};
 
 pub struct StatefulSet;
 pub struct DaemonSet;
@@ -52,7 +52,7 @@ impl Strategy for StatefulSet {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(obj, json!({"replicas": 0, "availableReplicas": 0}));
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {
@@ -137,7 +137,10 @@ impl Strategy for DaemonSet {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        clear_status(obj);
+        reset_status(
+            obj,
+            json!({"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}),
+        );
     }
 
     fn validate(&self, obj: &Value, causes: &mut Vec<StatusCause>) {

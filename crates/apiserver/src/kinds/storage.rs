@@ -504,7 +504,7 @@ impl Strategy for VolumeAttachment {
     crate::typed_kind!(storage::VolumeAttachment);
 
     fn prepare_for_create(&self, obj: &mut Value) {
-        super::clear_status(obj);
+        super::reset_status(obj, json!({"attached": false}));
     }
 
     fn validate_update(&self, new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {

@@ -4,8 +4,9 @@
 //! 100-replica Deployment, and 10,000 replicas on 1,000 simulated nodes (time to all Running,
 //! pods/s over time, peak RSS and CPU per component); with client limits off and upstream-like
 //! (controller-manager 20 qps/30 burst, scheduler 50/100); on rkube-store and on etcd 3.4;
-//! and a Job of 1,000 completions, 100 at a time, to its Complete condition.
-//! Writes `docs/benchmarks.md`.
+//! and a Job of 1,000 completions, 100 at a time, to its Complete condition. `--one-binary`:
+//! the 10,000-replica run on `rkube server` (every component in one process) beside the
+//! separate processes, in one run. Writes `docs/benchmarks.md`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,6 +49,10 @@ struct Flags {
     /// How long the bookmark scenario churns.
     #[arg(long, default_value_t = 60)]
     churn_secs: u64,
+    /// Run only the 10,000-replica run on `rkube server` (one process) beside the separate
+    /// processes.
+    #[arg(long)]
+    one_binary: bool,
 }
 
 struct Proc {
@@ -58,7 +63,8 @@ struct Proc {
 struct Cluster {
     procs: Vec<Proc>,
     base: String,
-    _storage: Server,
+    /// The storage process (none when `rkube server` holds it).
+    storage: Option<Server>,
 }
 
 async fn spawn(
@@ -159,8 +165,66 @@ impl Cluster {
         Ok(Cluster {
             procs,
             base,
-            _storage: storage,
+            storage: Some(storage),
         })
+    }
+
+    /// `rkube server --insecure` with `nodes` nodes, its store on disk in a temporary
+    /// directory (as the separate store's), client limits off (its defaults).
+    async fn one_binary(f: &Flags, nodes: usize) -> anyhow::Result<(Cluster, tempfile::TempDir)> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let args: Vec<String> = [
+            "server",
+            "--insecure",
+            "--port",
+            &port.to_string(),
+            "--nodes",
+            &nodes.to_string(),
+            "--node-name",
+            "n",
+            "--ready-timeout",
+            "300s",
+            "--data-dir",
+            &dir.path().to_string_lossy(),
+            "--print-kubeconfig",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Ready (every node Ready too) when it has printed the kubeconfig and its `...` line.
+        let mut child = tokio::process::Command::new(f.bin_dir.join("rkube"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let out = child.stdout.take().expect("piped");
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(out));
+        while lines
+            .next_line()
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("rkube server exited"))?
+            != "..."
+        {}
+        wait_ready(&format!(
+            "{base}/api/v1/namespaces/default/serviceaccounts/default"
+        ))
+        .await?;
+        let procs = vec![Proc {
+            name: "rkube server",
+            child,
+        }];
+        Ok((
+            Cluster {
+                procs,
+                base,
+                storage: None,
+            },
+            dir,
+        ))
     }
 
     fn pids(&self) -> Vec<(&'static str, u32)> {
@@ -169,7 +233,9 @@ impl Cluster {
             .iter()
             .map(|p| (p.name, p.child.id().unwrap_or(0)))
             .collect();
-        v.push(("storage", self._storage.pid()));
+        if let Some(s) = &self.storage {
+            v.push(("storage", s.pid()));
+        }
         v
     }
 }
@@ -666,6 +732,11 @@ async fn main() -> anyhow::Result<()> {
         println!("wrote {}", f.out.display());
         return Ok(());
     }
+    if f.one_binary {
+        one_binary_section(&f).await?;
+        println!("wrote {}", f.out.display());
+        return Ok(());
+    }
     let mut rows = String::new();
     let mut big_rows = String::new();
     for (backend, etcd) in [("rkube-store", false), ("etcd 3.4", true)] {
@@ -749,4 +820,58 @@ async fn main() -> anyhow::Result<()> {
     bookmark_section(&f).await?;
     println!("wrote {}", f.out.display());
     Ok(())
+}
+
+/// The 10,000-replica run on the separate processes and on `rkube server`, one after the
+/// other in one run.
+async fn one_binary_section(f: &Flags) -> anyhow::Result<()> {
+    let mut rows = String::new();
+    for one in [false, true] {
+        let label = if one {
+            "`rkube server` (one process)"
+        } else {
+            "separate processes"
+        };
+        println!(
+            "== {label}: {} replicas on {} nodes",
+            f.big_replicas, f.big_nodes
+        );
+        let (c, dir) = if one {
+            let (c, d) = Cluster::one_binary(f, f.big_nodes).await?;
+            (c, Some(d))
+        } else {
+            (Cluster::start(f, false, false, f.big_nodes).await?, None)
+        };
+        let big = scale_run(&c, "big", f.big_replicas, true).await?;
+        let rss: u64 = big.peak_rss.values().sum();
+        let cpu: f64 = big.cpu.values().sum();
+        println!(
+            "  all Running in {:.2} s ({:.0} pods/s); peak RSS {:.0} MiB; {cpu:.1} CPU-s",
+            big.secs,
+            f.big_replicas as f64 / big.secs,
+            rss as f64 / 1048576.0
+        );
+        rows.push_str(&format!(
+            "| {label} | {:.2} s | {:.0} pods/s | {:.0} MiB | {cpu:.1} |\n",
+            big.secs,
+            f.big_replicas as f64 / big.secs,
+            rss as f64 / 1048576.0
+        ));
+        drop(c);
+        drop(dir);
+    }
+    let body = format!(
+        "## One binary (e2e-bench --one-binary)\n\nMachine: {}  \nCommit: {}, {}  \n\
+         {} replicas on {} simulated nodes, open configuration, client limits off, store on disk: the five components as \
+         separate processes, then `rkube server --insecure` running them in one process (one runtime, one allocator; \
+         the components still talk HTTP on loopback). Peak RSS sums the processes' peaks; CPU-s is user+system time \
+         during the run.\n\n\
+         | control plane | all Running | rate | peak RSS | CPU-s |\n|---|---|---|---|---|\n{rows}",
+        machine(),
+        git_commit(),
+        utc_now(),
+        f.big_replicas,
+        f.big_nodes
+    );
+    write_section(&f.out, "e2e-one-binary", &body)
 }

@@ -75,7 +75,8 @@ fn options(nodes: usize, secure: bool) -> rkube::Options {
     }
 }
 
-/// One in-process cluster held idle; prints this process's RSS in bytes.
+/// One in-process cluster held idle; prints this process's RSS and its anonymous part, in
+/// bytes.
 async fn idle_rss(nodes: usize) -> anyhow::Result<()> {
     let opts = if nodes == 0 {
         rkube::Options {
@@ -90,20 +91,24 @@ async fn idle_rss(nodes: usize) -> anyhow::Result<()> {
     let cluster = rkube::Cluster::start(opts).await?;
     // Settled: informers synced, first status reports and leases written.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    println!("{}", rss_of(std::process::id()));
+    let me = std::process::id();
+    println!("{} {}", rss_of(me), rss_anon_of(me));
     cluster.shutdown(Duration::from_secs(5)).await;
     Ok(())
 }
 
-fn rss_child(self_bin: &PathBuf, nodes: usize) -> anyhow::Result<u64> {
+/// (RSS, anonymous RSS) of a child process holding one idle cluster with `nodes` nodes.
+fn rss_child(self_bin: &PathBuf, nodes: usize) -> anyhow::Result<(u64, u64)> {
     let out = std::process::Command::new(self_bin)
         .args(["--idle-rss", &nodes.to_string()])
         .stderr(Stdio::null())
         .output()?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .map_err(|e| anyhow::anyhow!("idle-rss: {e}"))
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(str::parse::<u64>);
+    match (it.next(), it.next()) {
+        (Some(Ok(rss)), Some(Ok(anon))) => Ok((rss, anon)),
+        _ => anyhow::bail!("idle-rss printed {text:?}"),
+    }
 }
 
 #[tokio::main]
@@ -114,10 +119,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let n = flags.starts;
     let mut server = Vec::new();
-    let mut server_rss = 0;
+    let mut server_rss = (0, 0);
     for (label, args) in [
         (
-            "secure (HTTPS, client certificates, Node+RBAC), 3 nodes",
+            "secure (HTTPS, client certificates, Node+RBAC, priority and fairness), 3 nodes",
             vec!["--nodes", "3"],
         ),
         (
@@ -139,9 +144,10 @@ async fn main() -> anyhow::Result<()> {
         for i in 0..n {
             let (us, child) = server_start(&flags.rkube_bin, &args).await?;
             times.push(us);
-            if i == 0 && server_rss == 0 {
+            if i == 0 && server_rss.0 == 0 {
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                server_rss = rss_of(child.id().unwrap_or_default());
+                let pid = child.id().unwrap_or_default();
+                server_rss = (rss_of(pid), rss_anon_of(pid));
             }
             stop(child).await?;
         }
@@ -196,6 +202,13 @@ async fn main() -> anyhow::Result<()> {
 
     let ms = |us: u64| format!("{:.0}", us as f64 / 1000.0);
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+    let split = |(rss, anon): (u64, u64)| {
+        format!(
+            "{} ({} anonymous; the rest is the binary's code pages, file-backed and shared)",
+            mib(rss),
+            mib(anon)
+        )
+    };
     let mut table = format!(
         "## Start-up as a test dependency (start-bench)\n\n{} — commit {} — {}\n\n\
          Ready means every component answers `/readyz` and every node is Ready (for `rkube server`, from spawning the process \
@@ -230,9 +243,9 @@ async fn main() -> anyhow::Result<()> {
         flags.parallel,
         parallel.as_millis(),
         slowest.as_millis(),
-        mib(rss_api),
-        mib(rss_one),
-        mib(server_rss),
+        split(rss_api),
+        split(rss_one),
+        split(server_rss),
     );
     println!("\n{table}");
     write_section(&flags.out, "start-bench", &table)?;

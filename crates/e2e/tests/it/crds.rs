@@ -208,7 +208,6 @@ async fn custom_resources_through_kubectl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_uses_custom_objects() {
     let Some(python) = crate::streaming::python_client() else {
-        eprintln!("SKIPPED: no Python 3 with pip and PyPI to install the kubernetes client");
         return;
     };
     let c = Cluster::start(Opts::default()).await;

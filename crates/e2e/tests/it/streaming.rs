@@ -422,7 +422,7 @@ async fn exec_and_port_forward_reach_the_simulated_containers() {
 }
 
 /// A virtualenv with the official Python client (`kubernetes` from PyPI) and pytest under `target/`,
-/// made once; `None` (the test skips, saying why) where Python or PyPI is unavailable.
+/// made once; `None` where Python or PyPI is unavailable, having said so (the caller skips).
 pub(crate) fn python_client() -> Option<std::path::PathBuf> {
     let venv = rkube_e2e::workspace_root().join("target/python-client");
     let python = venv.join("bin/python");
@@ -445,13 +445,16 @@ pub(crate) fn python_client() -> Option<std::path::PathBuf> {
             .args(["install", "-q", "kubernetes", "pytest"])
             .status()
             .is_ok_and(|s| s.success());
-    (made && ready(&python)).then_some(python)
+    let got = (made && ready(&python)).then_some(python);
+    if got.is_none() {
+        eprintln!("SKIPPED: no Python 3 with venv, pip and PyPI to install the kubernetes client and pytest");
+    }
+    got
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_execs_and_forwards_ports() {
     let Some(python) = python_client() else {
-        eprintln!("SKIPPED: no Python 3 with pip and PyPI to install the kubernetes client");
         return;
     };
     let c = Cluster::start(Opts::default()).await;
