@@ -367,11 +367,13 @@ pub async fn run(
     {
         let (ready, caches, shutdown) = (ready.clone(), caches.clone(), shutdown.clone());
         tokio::spawn(async move {
+            let mut was_ready = false;
             loop {
                 let now = caches.iter().all(|c| c.is_ready());
                 ready.set(now);
+                was_ready |= now;
                 // Until first ready, often: a start waits on this flag.
-                let every = if now { 100 } else { 2 };
+                let every = if was_ready { 100 } else { 2 };
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_millis(every)) => {}

@@ -164,6 +164,10 @@ pub fn apiserver_argv(args: &[(String, String)]) -> (Vec<String>, Vec<String>) {
                 unknown.extend(drop.iter().map(|d| format!("--{k} entry {d}")));
                 if !keep.is_empty() {
                     argv.push(format!("--{k}={}", keep.join(",")));
+                } else if k == "authorization-mode" && !drop.is_empty() {
+                    // None rkube has: passed as given, so the apiserver refuses to start
+                    // rather than fall back to its default, AlwaysAllow.
+                    argv.push(format!("--{k}={v}"));
                 }
             }
             k if APISERVER_IGNORED.contains(&k) => {}
@@ -347,6 +351,17 @@ mod tests {
                 ("v".into(), "4".into()),
             ]
         );
+    }
+
+    #[test]
+    fn authorization_modes_rkube_lacks_never_open_the_server() {
+        let given = vec![("authorization-mode".to_string(), "Webhook".to_string())];
+        let (argv, unknown) = apiserver_argv(&given);
+        assert_eq!(argv, vec!["kube-apiserver", "--authorization-mode=Webhook"]);
+        assert_eq!(unknown, vec!["--authorization-mode entry Webhook"]);
+        // …which rkube-apiserver refuses at start, naming the modes it has.
+        let err = rkube_apiserver::auth::Mode::parse_list("Webhook").unwrap_err();
+        assert!(err.contains("Webhook") && err.contains("RBAC"), "{err}");
     }
 
     #[test]

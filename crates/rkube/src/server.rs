@@ -34,7 +34,7 @@ pub struct Flags {
     #[arg(long, default_value = "127.0.0.1")]
     bind_address: std::net::IpAddr,
     /// More IP addresses or DNS names for the apiserver's serving certificate.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "insecure", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     tls_san: Vec<String>,
     /// The apiserver's port (0: any free port; the kubeconfig says which).
     #[arg(long, default_value_t = 6443)]

@@ -89,7 +89,11 @@ pub fn plugins(enable: &[String], disable: &[String]) -> Result<Vec<Plugin>, Str
     }
     for name in enable.iter().chain(disable) {
         if !is_known(name) {
-            let known: Vec<&str> = ALL.iter().map(|(n, _, _)| *n).collect();
+            let known: Vec<&str> = ALL
+                .iter()
+                .map(|(n, _, _)| *n)
+                .chain(ALWAYS_ON.iter().copied())
+                .collect();
             return Err(format!(
                 "unknown admission plugin {name:?} (known: {})",
                 known.join(", ")

@@ -356,6 +356,10 @@ pub fn to_v1(v2: &Value) -> Value {
     if let Some(status) = out.get_mut("status").and_then(Value::as_object_mut) {
         status.remove("currentMetrics");
         status.remove("conditions");
+        // v1 always serializes both counts (v2 omits a zero currentReplicas).
+        for count in ["currentReplicas", "desiredReplicas"] {
+            status.entry(count).or_insert(json!(0));
+        }
         let cpu = current.iter().rev().find_map(|m| {
             (m.get("type").and_then(Value::as_str) == Some("Resource")
                 && m.pointer("/resource/name").and_then(Value::as_str) == Some("cpu"))

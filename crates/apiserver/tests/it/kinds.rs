@@ -596,6 +596,20 @@ async fn autoscalers_in_two_versions(c: &Cluster) {
     // Listed once per version, validated through either.
     let (_, listed) = c.get(v1).await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    // One made through v2 reads through v1 with both counts v1 always serializes (the
+    // Python client requires them).
+    let (code, _) = c.post(v2, &json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "via-v2"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 3}})).await;
+    assert_eq!(code, 201);
+    let (_, read) = c.get(&format!("{v1}/via-v2")).await;
+    assert_eq!(
+        read["status"],
+        json!({"currentReplicas": 0, "desiredReplicas": 0}),
+        "{read}"
+    );
+    let (code, _) = c.delete(&format!("{v2}/via-v2"), None).await;
+    assert_eq!(code, 200);
     assert_eq!(listed["kind"], "HorizontalPodAutoscalerList");
     let (code, st) = c.post(v1, &json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": "bad"}, "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 0}})).await;
