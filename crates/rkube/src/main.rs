@@ -42,6 +42,15 @@ enum Command {
     Pki(rkube_apiserver::cli::PkiFlags),
     /// Write a KUBEBUILDER_ASSETS directory for controller-runtime's envtest.
     EnvtestAssets(rkube::envtest::AssetsFlags),
+    /// Clusters in the background: create, list, start, stop, delete, kubeconfig, logs.
+    #[command(subcommand)]
+    Cluster(rkube::ctl::ClusterCmd),
+    /// A cluster's simulated nodes.
+    #[command(subcommand)]
+    Nodes(rkube::ctl::NodesCmd),
+    /// Save a cluster's store to a file, or restore it from one.
+    #[command(subcommand)]
+    Snapshot(rkube::ctl::SnapshotCmd),
 }
 
 fn main() {
@@ -57,6 +66,9 @@ fn main() {
                     println!("{}", p.display());
                 }
             }),
+            Command::Cluster(c) => cli_runtime(rkube::ctl::cluster(c)),
+            Command::Nodes(c) => cli_runtime(rkube::ctl::nodes(c)),
+            Command::Snapshot(c) => cli_runtime(rkube::ctl::snapshot(c)),
             command => runtime(|| async move {
                 let shutdown = rkube_daemon::shutdown_token();
                 match command {
@@ -68,7 +80,11 @@ fn main() {
                     }
                     Command::Scheduler(f) => rkube_scheduler::cli::run(f, shutdown).await,
                     Command::KubeletAgent(f) => rkube_kubelet_agent::cli::run(f, shutdown).await,
-                    Command::Pki(_) | Command::EnvtestAssets(_) => unreachable!("handled above"),
+                    Command::Pki(_)
+                    | Command::EnvtestAssets(_)
+                    | Command::Cluster(_)
+                    | Command::Nodes(_)
+                    | Command::Snapshot(_) => unreachable!("handled above"),
                 }
             }),
         }
@@ -77,6 +93,14 @@ fn main() {
         eprintln!("rkube: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Runs a CLI command (no tracing: its output is its progress lines) on a small runtime.
+fn cli_runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
 }
 
 /// Runs `f` on a multi-threaded runtime with tracing on stderr and the allocator's purger.

@@ -1,6 +1,7 @@
 //! End-to-end tests on the real binaries as processes (see `rkube_e2e::Cluster`).
 
 mod builtin;
+mod cli;
 mod compose;
 mod crds;
 mod flows;

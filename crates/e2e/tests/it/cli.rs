@@ -1,0 +1,361 @@
+//! The cluster CLI as a user drives it: `rkube cluster create|list|kubeconfig|logs|stop|
+//! start|delete`, `rkube nodes scale`, `rkube snapshot save|restore`, each a real process
+//! with its own `RKUBE_HOME`, checked with kubectl; bad input exits non-zero naming the fix;
+//! `scripts/up.sh` stops the cluster and exits 0 on Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use rkube_e2e::{bin, kubectl_with, wait_for, workspace_root};
+use tokio::io::AsyncBufReadExt;
+
+/// `rkube ARGS` with clusters under `home`.
+fn rkube(home: &Path, args: &[&str]) -> Output {
+    Command::new(bin("rkube"))
+        .args(args)
+        .env("RKUBE_HOME", home)
+        .output()
+        .expect("rkube runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `rkube ARGS`, which must succeed; its stdout.
+fn ok(home: &Path, args: &[&str]) -> String {
+    let out = rkube(home, args);
+    assert!(
+        out.status.success(),
+        "rkube {args:?} failed:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// `rkube ARGS`, which must fail; its stderr.
+fn fails(home: &Path, args: &[&str]) -> String {
+    let out = rkube(home, args);
+    assert!(
+        !out.status.success(),
+        "rkube {args:?} succeeded: {}",
+        text(&out.stdout)
+    );
+    text(&out.stderr)
+}
+
+fn kubectl_ok(kc: &Path, args: &[&str]) -> String {
+    let out = kubectl_with(kc, args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// The `list` row of `name`, split into columns.
+fn row(home: &Path, name: &str) -> Vec<String> {
+    ok(home, &["cluster", "list"])
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|cols| cols.first().is_some_and(|c| c == name))
+        .unwrap_or_else(|| panic!("{name} not listed"))
+}
+
+fn pids(home: &Path, name: &str) -> Vec<u32> {
+    std::fs::read_dir(home.join("clusters").join(name).join("run"))
+        .unwrap()
+        .map(|e| {
+            let t = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            t.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !matches!(
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next()),
+            Some("Z")
+        )
+    })
+}
+
+async fn ready_nodes(kc: &Path, want: usize) {
+    wait_for(
+        &format!("{want} Ready node(s)"),
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl_with(kc, &["get", "nodes", "--no-headers"]);
+            let t = text(&out.stdout);
+            let ready = t
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+                .count();
+            (out.status.success() && ready == want && t.lines().count() == want).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn available(kc: &Path, deploy: &str, replicas: u32) {
+    wait_for(
+        &format!("{deploy} available"),
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl_with(
+                kc,
+                &[
+                    "get",
+                    "deploy",
+                    deploy,
+                    "-o",
+                    "jsonpath={.status.availableReplicas}",
+                ],
+            );
+            (text(&out.stdout) == replicas.to_string()).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_cli_creates_scales_snapshots_stops_and_deletes_a_cluster() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path();
+    let created = rkube(
+        home,
+        &["cluster", "create", "c1", "--nodes", "2", "--port", "0"],
+    );
+    let progress = text(&created.stderr);
+    assert!(created.status.success(), "{progress}");
+    for step in [
+        "✓ certificates and kubeconfigs written",
+        "✓ rkube-store ready at https://",
+        "✓ apiserver ready at https://127.0.0.1:",
+        "✓ controller-manager and scheduler ready",
+        "✓ 2 node(s) Ready",
+    ] {
+        assert!(progress.contains(step), "{step:?} in\n{progress}");
+    }
+    // Bad input names the fix.
+    assert!(fails(home, &["cluster", "create", "c1"]).contains("already exists"));
+    assert!(fails(home, &["cluster", "start", "nope"]).contains("no cluster named \"nope\""));
+    assert!(fails(home, &["cluster", "create", "Bad_Name"]).contains("invalid cluster name"));
+    let api_port: u16 = row(home, "c1")[2]
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let busy = fails(
+        home,
+        &["cluster", "create", "c2", "--port", &api_port.to_string()],
+    );
+    assert!(
+        busy.contains(&format!("port {api_port} is in use")),
+        "{busy}"
+    );
+    assert!(
+        !home.join("clusters/c2").exists(),
+        "a refused create leaves nothing"
+    );
+
+    let r = row(home, "c1");
+    assert_eq!(r[1], "Running");
+    assert!(r[2].starts_with("https://127.0.0.1:"));
+    assert_eq!(r[3], "2");
+    assert_eq!(r[4], "rkube-store");
+    let kc = PathBuf::from(ok(home, &["cluster", "kubeconfig", "c1", "--path"]).trim());
+    assert!(ok(home, &["cluster", "kubeconfig", "c1"]).contains("client-certificate-data"));
+    ready_nodes(&kc, 2).await;
+    kubectl_ok(
+        &kc,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=2",
+        ],
+    );
+    available(&kc, "web", 2).await;
+
+    // Logs: one component's as written, all with prefixes, an unknown one refused.
+    assert!(ok(home, &["cluster", "logs", "c1", "apiserver"]).contains("rkube-apiserver"));
+    let all = ok(home, &["cluster", "logs", "c1"]);
+    assert!(
+        all.lines().any(|l| l.starts_with("scheduler ")),
+        "{}",
+        &all[..all.len().min(2000)]
+    );
+    let unknown = fails(home, &["cluster", "logs", "c1", "kube-proxy"]);
+    assert!(
+        unknown.contains("no component \"kube-proxy\"") && unknown.contains("node-2"),
+        "{unknown}"
+    );
+
+    // Nodes come and go live.
+    ok(home, &["nodes", "scale", "c1", "--replicas", "3"]);
+    ready_nodes(&kc, 3).await;
+    assert_eq!(row(home, "c1")[3], "3");
+    ok(home, &["nodes", "scale", "c1", "--replicas", "1"]);
+    ready_nodes(&kc, 1).await;
+    assert!(kubectl_ok(&kc, &["get", "nodes", "-o", "name"]).trim() == "node/rkube-node-1");
+
+    // A snapshot brings deleted objects back.
+    let snap = home.join("c1.snapshot");
+    let saved = rkube(home, &["snapshot", "save", "c1", snap.to_str().unwrap()]);
+    assert!(saved.status.success(), "{}", text(&saved.stderr));
+    kubectl_ok(&kc, &["delete", "deployment", "web", "--wait=true"]);
+    kubectl_ok(&kc, &["create", "configmap", "after-snapshot"]);
+    let restored = rkube(home, &["snapshot", "restore", "c1", snap.to_str().unwrap()]);
+    assert!(restored.status.success(), "{}", text(&restored.stderr));
+    assert!(text(&restored.stderr).contains("keys restored"));
+    assert_eq!(row(home, "c1")[1], "Running");
+    kubectl_ok(&kc, &["get", "deployment", "web"]);
+    assert!(!kubectl_with(&kc, &["get", "configmap", "after-snapshot"])
+        .status
+        .success());
+    available(&kc, "web", 2).await;
+    assert!(
+        fails(home, &["snapshot", "restore", "c1", "/nonexistent/file"])
+            .contains("/nonexistent/file")
+    );
+    assert_eq!(
+        row(home, "c1")[1],
+        "Running",
+        "a refused restore leaves the cluster as it was"
+    );
+
+    // Stop and start keep the data; delete leaves no process and no state.
+    let before = pids(home, "c1");
+    ok(home, &["cluster", "stop", "c1"]);
+    assert_eq!(row(home, "c1")[1], "Stopped");
+    assert!(before.iter().all(|p| !alive(*p)), "every process stopped");
+    ok(home, &["cluster", "start", "c1"]);
+    assert_eq!(row(home, "c1")[1], "Running");
+    kubectl_ok(&kc, &["get", "deployment", "web"]);
+    let running = pids(home, "c1");
+    ok(home, &["cluster", "delete", "c1"]);
+    assert!(running.iter().all(|p| !alive(*p)), "every process stopped");
+    assert!(!home.join("clusters/c1").exists());
+    assert!(!ok(home, &["cluster", "list"]).contains("c1"));
+    assert!(fails(home, &["cluster", "delete", "c1"]).contains("no cluster named"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_cli_runs_an_open_cluster_on_etcd() {
+    if std::env::var("RKUBE_SKIP_ETCD").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: RKUBE_SKIP_ETCD=1");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path();
+    ok(
+        home,
+        &[
+            "cluster",
+            "create",
+            "e",
+            "--etcd",
+            "--insecure",
+            "--nodes",
+            "1",
+            "--port",
+            "0",
+            "-q",
+        ],
+    );
+    let r = row(home, "e");
+    assert_eq!((r[1].as_str(), r[4].as_str()), ("Running", "etcd"));
+    assert!(r[2].starts_with("http://127.0.0.1:"));
+    let kc = PathBuf::from(ok(home, &["cluster", "kubeconfig", "e", "--path"]).trim());
+    ready_nodes(&kc, 1).await;
+    kubectl_ok(&kc, &["create", "configmap", "kept", "--from-literal=a=b"]);
+    let snap = home.join("e.snapshot");
+    ok(home, &["snapshot", "save", "e", snap.to_str().unwrap()]);
+    kubectl_ok(&kc, &["delete", "configmap", "kept"]);
+    ok(home, &["snapshot", "restore", "e", snap.to_str().unwrap()]);
+    assert_eq!(
+        kubectl_ok(
+            &kc,
+            &["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]
+        ),
+        "b"
+    );
+    ok(home, &["cluster", "delete", "e"]);
+    assert!(!home.join("clusters/e").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_sh_stops_the_cluster_and_exits_0_on_ctrl_c() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path();
+    let mut script = tokio::process::Command::new(workspace_root().join("scripts/up.sh"));
+    script
+        .args([
+            "--nodes",
+            "1",
+            "--no-example",
+            "--port",
+            "0",
+            "--name",
+            "upt",
+        ])
+        .env("RKUBE_HOME", home)
+        .env("RKUBE_BIN", bin("rkube"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, as a terminal's foreground job: Ctrl-C goes to the group.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = script.spawn().unwrap();
+    let pgid = child.id().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    tokio::time::timeout(Duration::from_secs(90), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("Ctrl-C stops it") {
+                return;
+            }
+        }
+        panic!("up.sh ended before it was up:\n{seen}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("up.sh not up in 90 s:\n{seen}"));
+    assert_eq!(row(home, "upt")[1], "Running");
+    let cluster = pids(home, "upt");
+    // What the terminal does on Ctrl-C: SIGINT to the foreground process group.
+    let sent = Command::new("kill")
+        .args(["-s", "INT", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let rest = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut rest = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        rest
+    })
+    .await
+    .expect("up.sh ends within 60 s of Ctrl-C");
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "exit {status:?}; printed:\n{rest}");
+    assert!(rest.contains("rkube stopped"), "{rest}");
+    assert!(
+        cluster.iter().all(|p| !alive(*p)),
+        "the cluster's processes stopped"
+    );
+    assert_eq!(row(home, "upt")[1], "Stopped");
+    ok(home, &["cluster", "delete", "upt", "-q"]);
+}
