@@ -51,6 +51,10 @@ enum Command {
     /// Save a cluster's store to a file, or restore it from one.
     #[command(subcommand)]
     Snapshot(rkube::ctl::SnapshotCmd),
+    /// Write every change to a cluster's objects to a YAML stream until Ctrl-C.
+    Record(rkube::ctl::RecordFlags),
+    /// Play a recording into a cluster (owner references re-linked, time compressed).
+    Replay(rkube::ctl::ReplayFlags),
 }
 
 fn main() {
@@ -69,6 +73,8 @@ fn main() {
             Command::Cluster(c) => cli_runtime(rkube::ctl::cluster(c)),
             Command::Nodes(c) => cli_runtime(rkube::ctl::nodes(c)),
             Command::Snapshot(c) => cli_runtime(rkube::ctl::snapshot(c)),
+            Command::Record(f) => cli_runtime(rkube::ctl::record(f)),
+            Command::Replay(f) => cli_runtime(rkube::ctl::replay(f)),
             command => runtime(|| async move {
                 let shutdown = rkube_daemon::shutdown_token();
                 match command {
@@ -84,7 +90,9 @@ fn main() {
                     | Command::EnvtestAssets(_)
                     | Command::Cluster(_)
                     | Command::Nodes(_)
-                    | Command::Snapshot(_) => unreachable!("handled above"),
+                    | Command::Snapshot(_)
+                    | Command::Record(_)
+                    | Command::Replay(_) => unreachable!("handled above"),
                 }
             }),
         }

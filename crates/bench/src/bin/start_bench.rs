@@ -2,7 +2,9 @@
 //! until it prints its kubeconfig (every component ready, nodes Ready), secure and open;
 //! in-process clusters (`rkube::Cluster`, what `rkube-testcluster` wraps) started one after
 //! another and 20 at once; the resident memory of an idle `rkube server` and of a process
-//! holding one in-process cluster. Writes `docs/benchmarks.md`.
+//! holding one in-process cluster. Writes `docs/benchmarks.md`. With `--cli`, the cluster
+//! CLI instead: `rkube cluster create|stop|start|delete` times, and a snapshot of a cluster
+//! holding 10,000 pods saved and restored.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,6 +29,184 @@ struct Flags {
     /// Internal: hold one in-process cluster with these nodes and print this process's RSS.
     #[arg(long, hide = true)]
     idle_rss: Option<usize>,
+    /// Measure the cluster CLI (and its snapshots) instead.
+    #[arg(long)]
+    cli: bool,
+    /// With --cli: pods in the snapshotted cluster.
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// With --cli: create/stop/start/delete rounds.
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+}
+
+/// Runs `rkube ARGS` with clusters under `home`; its stdout and how long it took (µs).
+fn rkube_cli(
+    bin: &PathBuf,
+    home: &std::path::Path,
+    args: &[&str],
+) -> anyhow::Result<(String, u64)> {
+    let t = Instant::now();
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .env("RKUBE_HOME", home)
+        .output()?;
+    let us = t.elapsed().as_micros() as u64;
+    anyhow::ensure!(
+        out.status.success(),
+        "rkube {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), us))
+}
+
+fn kubectl(kubeconfig: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `--cli`: the cluster CLI's lifecycle times, and a snapshot of `pods` pods.
+async fn cli_bench(flags: &Flags) -> anyhow::Result<()> {
+    let home = tempfile::tempdir()?;
+    let home = home.path();
+    let bin = &flags.rkube_bin;
+    let (mut create, mut stop, mut start, mut delete) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..flags.rounds {
+        create.push(
+            rkube_cli(
+                bin,
+                home,
+                &[
+                    "cluster", "create", "b", "--nodes", "3", "--port", "0", "-q",
+                ],
+            )?
+            .1,
+        );
+        stop.push(rkube_cli(bin, home, &["cluster", "stop", "b", "-q"])?.1);
+        start.push(rkube_cli(bin, home, &["cluster", "start", "b", "-q"])?.1);
+        delete.push(rkube_cli(bin, home, &["cluster", "delete", "b", "-q"])?.1);
+    }
+    println!(
+        "create {:?} stop {:?} start {:?} delete {:?}",
+        pct(create.clone()),
+        pct(stop.clone()),
+        pct(start.clone()),
+        pct(delete.clone())
+    );
+
+    // A cluster holding `pods` pods: no nodes, so they stay Pending (what the store holds is
+    // the point; the scheduler's FailedScheduling Events are in it too).
+    rkube_cli(
+        bin,
+        home,
+        &[
+            "cluster", "create", "big", "--nodes", "0", "--port", "0", "-q",
+        ],
+    )?;
+    let kc = rkube_cli(bin, home, &["cluster", "kubeconfig", "big", "--path"])?.0;
+    let kc = kc.trim();
+    kubectl(
+        kc,
+        &[
+            "create",
+            "deployment",
+            "big",
+            "--image=nginx",
+            &format!("--replicas={}", flags.pods),
+        ],
+    )?;
+    let want = flags.pods.to_string();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let have = kubectl(
+            kc,
+            &[
+                "get",
+                "rs",
+                "-l",
+                "app=big",
+                "-o",
+                "jsonpath={.items[0].status.replicas}",
+            ],
+        )?;
+        if have == want {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{have} of {want} pods after 900 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let snap = home.join("big.snapshot");
+    let snap_s = snap.to_str().unwrap_or_default();
+    let (_, save) = rkube_cli(bin, home, &["snapshot", "save", "big", snap_s])?;
+    let size = std::fs::metadata(&snap)?.len();
+    let keys = std::fs::read_to_string(&snap)?.lines().count() - 1;
+    let mut restores = Vec::new();
+    for _ in 0..3 {
+        restores.push(rkube_cli(bin, home, &["snapshot", "restore", "big", snap_s])?.1);
+    }
+    let pods_back = kubectl(kc, &["get", "pods", "--no-headers"])?
+        .lines()
+        .count();
+    anyhow::ensure!(
+        pods_back == flags.pods,
+        "{pods_back} pods after restore, want {}",
+        flags.pods
+    );
+    rkube_cli(bin, home, &["cluster", "delete", "big", "-q"])?;
+
+    let ms = |us: u64| format!("{:.0} ms", us as f64 / 1000.0);
+    let row = |label: &str, v: Vec<u64>| {
+        let (p50, p99) = pct(v);
+        format!("| {label} | {} | {} |\n", ms(p50), ms(p99))
+    };
+    let mut table = format!(
+        "## Cluster CLI (start-bench --cli)\n\n{} — commit {} — {}\n\n\
+         Each figure is the command's wall time, from spawning `rkube` until it exits. A cluster is secure (HTTPS, client \
+         certificates, Node+RBAC, priority and fairness) with rkube-store on disk, every component a background process; \
+         `create` and `start` return once every component is ready and every node Ready. {} rounds.\n\n\
+         | command (3 nodes) | p50 | p99 |\n|---|---|---|\n",
+        machine(),
+        git_commit(),
+        utc_now(),
+        flags.rounds
+    );
+    for (label, v) in [
+        ("`rkube cluster create`", create),
+        ("`rkube cluster stop`", stop),
+        ("`rkube cluster start`", start),
+        ("`rkube cluster delete`", delete),
+    ] {
+        table += &row(label, v);
+    }
+    restores.sort_unstable();
+    table += &format!(
+        "\nA cluster holding {} pods (Pending: no nodes) — {keys} keys, a {:.1} MiB snapshot file. Target: restoring a 10k-pod \
+         cluster ≤ 5 s.\n\n| figure | value |\n|---|---|\n\
+         | `rkube snapshot save` | {} |\n\
+         | `rkube snapshot restore` (stop, fresh store, every key written, every component started and ready), 3 runs | {} / {} / {} |\n",
+        flags.pods,
+        size as f64 / 1048576.0,
+        ms(save),
+        ms(restores[0]),
+        ms(restores[1]),
+        ms(restores[2]),
+    );
+    println!("\n{table}");
+    write_section(&flags.out, "cluster-cli-bench", &table)?;
+    println!("written to {}", flags.out.display());
+    Ok(())
 }
 
 fn pct(mut v: Vec<u64>) -> (u64, u64) {
@@ -116,6 +296,9 @@ async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     if let Some(nodes) = flags.idle_rss {
         return idle_rss(nodes).await;
+    }
+    if flags.cli {
+        return cli_bench(&flags).await;
     }
     let n = flags.starts;
     let mut server = Vec::new();

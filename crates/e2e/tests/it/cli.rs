@@ -103,6 +103,45 @@ async fn ready_nodes(kc: &Path, want: usize) {
     .await;
 }
 
+/// `rkube cluster create NAME --insecure --nodes 1 --port 0 EXTRA`; its kubeconfig's path.
+fn create_open(home: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let mut args = vec![
+        "cluster",
+        "create",
+        name,
+        "--insecure",
+        "--nodes",
+        "1",
+        "--port",
+        "0",
+        "-q",
+    ];
+    args.extend(extra);
+    ok(home, &args);
+    PathBuf::from(ok(home, &["cluster", "kubeconfig", name, "--path"]).trim())
+}
+
+/// `{.items[*].FIELD}` of the `app=web` objects of `resource`.
+fn web_field(kc: &Path, resource: &str, field: &str) -> String {
+    let jsonpath = format!("jsonpath={{.items[*].{field}}}");
+    kubectl_ok(kc, &["get", resource, "-l", "app=web", "-o", &jsonpath])
+}
+
+/// `kubectl create deployment web` with 2 replicas, waited for until available.
+async fn web_with_2_replicas(kc: &Path) {
+    kubectl_ok(
+        kc,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=2",
+        ],
+    );
+    available(kc, "web", 2).await;
+}
+
 async fn available(kc: &Path, deploy: &str, replicas: u32) {
     wait_for(
         &format!("{deploy} available"),
@@ -174,17 +213,7 @@ async fn the_cluster_cli_creates_scales_snapshots_stops_and_deletes_a_cluster() 
     let kc = PathBuf::from(ok(home, &["cluster", "kubeconfig", "c1", "--path"]).trim());
     assert!(ok(home, &["cluster", "kubeconfig", "c1"]).contains("client-certificate-data"));
     ready_nodes(&kc, 2).await;
-    kubectl_ok(
-        &kc,
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx",
-            "--replicas=2",
-        ],
-    );
-    available(&kc, "web", 2).await;
+    web_with_2_replicas(&kc).await;
 
     // Logs: one component's as written, all with prefixes, an unknown one refused.
     assert!(ok(home, &["cluster", "logs", "c1", "apiserver"]).contains("rkube-apiserver"));
@@ -257,25 +286,10 @@ async fn the_cluster_cli_runs_an_open_cluster_on_etcd() {
     }
     let t = tempfile::tempdir().unwrap();
     let home = t.path();
-    ok(
-        home,
-        &[
-            "cluster",
-            "create",
-            "e",
-            "--etcd",
-            "--insecure",
-            "--nodes",
-            "1",
-            "--port",
-            "0",
-            "-q",
-        ],
-    );
+    let kc = create_open(home, "e", &["--etcd"]);
     let r = row(home, "e");
     assert_eq!((r[1].as_str(), r[4].as_str()), ("Running", "etcd"));
     assert!(r[2].starts_with("http://127.0.0.1:"));
-    let kc = PathBuf::from(ok(home, &["cluster", "kubeconfig", "e", "--path"]).trim());
     ready_nodes(&kc, 1).await;
     kubectl_ok(&kc, &["create", "configmap", "kept", "--from-literal=a=b"]);
     let snap = home.join("e.snapshot");
@@ -358,4 +372,124 @@ async fn up_sh_stops_the_cluster_and_exits_0_on_ctrl_c() {
     );
     assert_eq!(row(home, "upt")[1], "Stopped");
     ok(home, &["cluster", "delete", "upt", "-q"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_replays_into_another_cluster_with_owners_relinked() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path();
+    let kc = create_open(home, "src", &[]);
+    ready_nodes(&kc, 1).await;
+    kubectl_ok(
+        &kc,
+        &["create", "configmap", "before", "--from-literal=a=1"],
+    );
+
+    let file = home.join("recording.yaml");
+    let mut rec = tokio::process::Command::new(bin("rkube"))
+        .args(["record", "src", file.to_str().unwrap()])
+        .env("RKUBE_HOME", home)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut err = tokio::io::BufReader::new(rec.stderr.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), err.next_line())
+        .await
+        .expect("record starts")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(first.contains("Recording cluster \"src\""), "{first}");
+    web_with_2_replicas(&kc).await;
+    kubectl_ok(&kc, &["scale", "deployment", "web", "--replicas=3"]);
+    available(&kc, "web", 3).await;
+    kubectl_ok(&kc, &["delete", "configmap", "before"]);
+    kubectl_ok(&kc, &["create", "configmap", "temp"]);
+    kubectl_ok(&kc, &["delete", "configmap", "temp"]);
+    wait_for(
+        "both deletions recorded",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            (text.matches("type: DELETED").count() >= 2).then_some(())
+        },
+    )
+    .await;
+    let pid = rec.id().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-s", "INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(10), rec.wait())
+        .await
+        .expect("record stops on Ctrl-C")
+        .unwrap();
+    assert!(status.success());
+    let last = err.next_line().await.unwrap().unwrap_or_default();
+    assert!(last.starts_with("Recorded "), "{last}");
+    let recorded = std::fs::read_to_string(&file).unwrap();
+    for want in [
+        "type: ADDED",
+        "type: MODIFIED",
+        "type: DELETED",
+        "kind: Namespace",
+        "kind: Deployment",
+        "kind: ReplicaSet",
+        "kind: Pod",
+        "name: before",
+    ] {
+        assert!(recorded.contains(want), "{want} in the recording");
+    }
+    assert!(!recorded.contains("managedFields"));
+
+    // Into a fresh cluster, as fast as it goes.
+    let kc2 = create_open(home, "dst", &[]);
+    let replayed = rkube(
+        home,
+        &["replay", "dst", file.to_str().unwrap(), "--speed", "0"],
+    );
+    let out = text(&replayed.stderr);
+    assert!(
+        replayed.status.success() && out.contains("applied"),
+        "{out}"
+    );
+    assert_eq!(
+        kubectl_ok(
+            &kc2,
+            &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]
+        ),
+        "3"
+    );
+    available(&kc2, "web", 3).await;
+    for gone in ["before", "temp"] {
+        assert!(
+            !kubectl_with(&kc2, &["get", "configmap", gone])
+                .status
+                .success(),
+            "{gone} deleted"
+        );
+    }
+    // Owner references point at this cluster's objects.
+    let deploy_uid = kubectl_ok(
+        &kc2,
+        &["get", "deploy", "web", "-o", "jsonpath={.metadata.uid}"],
+    );
+    let rs_owners = web_field(&kc2, "rs", "metadata.ownerReferences[0].uid");
+    assert!(
+        !rs_owners.is_empty() && rs_owners.split(' ').all(|u| u == deploy_uid),
+        "{rs_owners} vs {deploy_uid}"
+    );
+    let rs_uids = web_field(&kc2, "rs", "metadata.uid");
+    wait_for(
+        "3 pods owned by the replayed ReplicaSet",
+        Duration::from_secs(60),
+        || async {
+            let owners = web_field(&kc2, "pods", "metadata.ownerReferences[0].uid");
+            let owners: Vec<&str> = owners.split_whitespace().collect();
+            (owners.len() == 3 && owners.iter().all(|u| rs_uids.contains(u))).then_some(())
+        },
+    )
+    .await;
+    ok(home, &["cluster", "delete", "src", "dst", "-q"]);
 }

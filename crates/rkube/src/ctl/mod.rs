@@ -1,5 +1,6 @@
 //! The cluster CLI, kind- and kwokctl-style: `rkube cluster create|list|start|stop|delete|
-//! kubeconfig|logs`, `rkube nodes scale` and `rkube snapshot save|restore`. A cluster is a
+//! kubeconfig|logs`, `rkube nodes scale`, `rkube snapshot save|restore`, and `rkube record`
+//! / `rkube replay` (a cluster's changes as a YAML stream, and played back). A cluster is a
 //! set of detached processes of this binary (`rkube store`, `rkube apiserver`, …, one
 //! `rkube kubelet-agent` per node; or etcd) with its state under [`home::root`]; the
 //! commands find them again from there.
@@ -9,6 +10,8 @@ pub mod lifecycle;
 pub mod logs;
 pub mod plan;
 pub mod procs;
+pub mod record;
+pub mod replay;
 pub mod snapshot;
 pub mod steps;
 
@@ -94,6 +97,39 @@ pub enum SnapshotCmd {
     Save { name: String, file: PathBuf },
     /// Replace the cluster's store with FILE's keys and start it.
     Restore { name: String, file: PathBuf },
+}
+
+/// `rkube record`.
+#[derive(clap::Args, Debug)]
+pub struct RecordFlags {
+    pub name: String,
+    pub file: PathBuf,
+    /// Resources to record, `plural[.group]`.
+    #[arg(long, value_delimiter = ',', default_values_t = record::DEFAULT_RESOURCES.iter().map(|s| s.to_string()))]
+    pub resources: Vec<String>,
+}
+
+/// `rkube replay`.
+#[derive(clap::Args, Debug)]
+pub struct ReplayFlags {
+    /// The cluster to replay into.
+    pub name: String,
+    pub file: PathBuf,
+    /// Time compression: a change recorded at t s is applied at t/speed s (0: no waiting).
+    #[arg(long, default_value_t = 10.0)]
+    pub speed: f64,
+}
+
+pub async fn record(f: RecordFlags) -> anyhow::Result<()> {
+    record::record(&f.name, &f.file, &f.resources, &Steps::new(false))
+        .await
+        .map(drop)
+}
+
+pub async fn replay(f: ReplayFlags) -> anyhow::Result<()> {
+    replay::replay(&f.name, &f.file, f.speed, &Steps::new(false))
+        .await
+        .map(drop)
 }
 
 pub async fn cluster(cmd: ClusterCmd) -> anyhow::Result<()> {
