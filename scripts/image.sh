@@ -19,7 +19,10 @@ for b in "${BINS[@]}"; do
   strip --strip-debug "$ROOT/usr/local/bin/$b" 2>/dev/null || true
   files+=("target/$PROFILE/$b")
 done
-if command -v etcd >/dev/null; then cp "$(command -v etcd)" "$ROOT/usr/local/bin/etcd"; files+=("$(command -v etcd)"); fi
+# Debian's etcd (the `etcd` profile) and Prometheus (the `monitoring` profile), when installed.
+for tool in etcd prometheus; do
+  if command -v "$tool" >/dev/null; then cp "$(command -v "$tool")" "$ROOT/usr/local/bin/$tool"; files+=("$(command -v "$tool")"); fi
+done
 # The shared libraries (and the loader) every binary needs, at their own paths.
 for f in "${files[@]}"; do
   ldd "$f" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do

@@ -13,6 +13,12 @@ if ! command -v etcd >/dev/null 2>&1; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq etcd-server >/dev/null
 fi
+# Prometheus (Debian's) for the compose stack's monitoring profile, where Docker runs.
+if ! command -v prometheus >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  echo "==> installing prometheus from Debian (the compose monitoring profile)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "==> installing cargo-nextest"
   cargo install cargo-nextest --locked

@@ -26,7 +26,7 @@ pub struct Chain {
     /// The legacy max-in-flight limits (when API Priority and Fairness is off).
     pub limits: Limits,
     /// API Priority and Fairness (`--enable-priority-and-fairness`).
-    pub apf: Option<crate::flowcontrol::Apf>,
+    pub apf: Option<Arc<crate::flowcontrol::Apf>>,
     pub audit: Option<Auditor>,
     /// Open watches per user.
     pub watches: Watches,

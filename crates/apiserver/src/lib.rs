@@ -276,7 +276,7 @@ pub async fn run(
             config.max_mutating_requests_inflight,
         ),
         apf: match config.priority_and_fairness {
-            true => Some(
+            true => Some(Arc::new(
                 flowcontrol::Apf::from_caches(
                     (config.max_requests_inflight + config.max_mutating_requests_inflight).max(1),
                     [
@@ -289,13 +289,16 @@ pub async fn run(
                     ],
                 )
                 .with_width(list_width(&registries)),
-            ),
+            )),
             false => None,
         },
         audit: audit::Auditor::new(&config.audit)?,
         watches: inflight::Watches::new(config.max_watches_per_user),
         registries: registries.clone(),
     });
+    if let Some(apf) = &chain.apf {
+        metrics.flowcontrol(apf);
+    }
     // Upstream's bootstrap objects, the groups side by side (each is independent).
     let rbac = async {
         if config.auth.modes.contains(&auth::Mode::Rbac) {

@@ -170,39 +170,52 @@ pub async fn run(
     Ok(())
 }
 
+/// Gauges under etcd's own names where etcd has one (dashboards and alerts written for etcd
+/// read them unchanged); a single member is always the leader.
 fn register_gauges(registry: &Registry, mvcc: &Arc<Mvcc>) {
+    for name in ["etcd_server_has_leader", "etcd_server_is_leader"] {
+        registry.gauge_fn(
+            name,
+            "Whether the member has (is) a leader: always, alone.",
+            &[],
+            || 1.0,
+        );
+    }
     let m = mvcc.clone();
     registry.gauge_fn(
-        "rkube_store_revision",
+        "etcd_debugging_mvcc_current_revision",
         "The current revision.",
         &[],
         move || m.current_rev() as f64,
     );
     let m = mvcc.clone();
     registry.gauge_fn(
-        "rkube_store_compact_revision",
+        "etcd_debugging_mvcc_compact_revision",
         "The compacted revision.",
         &[],
         move || m.state.read().unwrap().compact_rev as f64,
     );
     let m = mvcc.clone();
     registry.gauge_fn(
-        "rkube_store_keys",
+        "etcd_debugging_mvcc_keys_total",
         "Keys that currently exist or have history.",
         &[],
         move || m.state.read().unwrap().index.len() as f64,
     );
     let m = mvcc.clone();
     registry.gauge_fn(
-        "rkube_store_db_size_bytes",
+        "etcd_mvcc_db_total_size_in_bytes",
         "Size of the redb file.",
         &[],
         move || m.backend.size() as f64,
     );
     let m = mvcc.clone();
-    registry.gauge_fn("rkube_store_watchers", "Open watches.", &[], move || {
-        m.hub.watcher_count() as f64
-    });
+    registry.gauge_fn(
+        "etcd_debugging_mvcc_watcher_total",
+        "Open watches.",
+        &[],
+        move || m.hub.watcher_count() as f64,
+    );
     let m = mvcc.clone();
     registry.gauge_fn("rkube_store_leases", "Granted leases.", &[], move || {
         m.lessor.lock().unwrap().len() as f64

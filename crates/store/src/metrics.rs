@@ -1,5 +1,7 @@
-//! The store's Prometheus metrics: requests and latency by method, commit (fsync) latency,
-//! group-commit batch sizes; revision, db size, keys and watchers are computed at scrape time.
+//! The store's Prometheus metrics, under etcd's names where etcd has them: requests and
+//! latency by method (`grpc_server_*`), commit (fsync) latency; group-commit batch sizes and
+//! Txn shapes are rkube's own; revision, db size, keys and watchers are computed at scrape
+//! time.
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ pub const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0,
 impl StoreMetrics {
     pub fn new(registry: Arc<Registry>) -> Self {
         let commit_seconds = registry.histogram(
-            "rkube_store_backend_commit_duration_seconds",
+            "etcd_disk_backend_commit_duration_seconds",
             "Latency of one group commit (redb write transaction with fsync).",
             &[],
             LATENCY_BUCKETS,
@@ -39,16 +41,16 @@ impl StoreMetrics {
     pub fn observe_request(&self, method: &str, code: &str, seconds: f64) {
         self.registry
             .counter(
-                "rkube_store_requests_total",
+                "grpc_server_handled_total",
                 "Requests by method and gRPC code.",
-                &[("method", method), ("code", code)],
+                &[("grpc_method", method), ("grpc_code", code)],
             )
             .inc();
         self.registry
             .histogram(
-                "rkube_store_request_duration_seconds",
+                "grpc_server_handling_seconds",
                 "Request latency by method.",
-                &[("method", method)],
+                &[("grpc_method", method)],
                 LATENCY_BUCKETS,
             )
             .observe(seconds);

@@ -24,6 +24,18 @@ pub use defaults::{FlowSchema, Level, Subject};
 
 use crate::cache::Cacher;
 
+/// Upstream's default priority levels (what the `apiserver_flowcontrol_*` gauges report).
+pub const DEFAULT_LEVELS: &[&str] = &[
+    "exempt",
+    "system",
+    "node-high",
+    "leader-election",
+    "workload-high",
+    "workload-low",
+    "global-default",
+    "catch-all",
+];
+
 /// How long a queued request may wait for a seat.
 pub const MAX_WAIT: Duration = Duration::from_secs(15);
 
@@ -276,6 +288,24 @@ impl Apf {
             .iter()
             .find(|l| l.spec.name == level)
             .map_or(0, |l| l.state.lock().unwrap().waiting)
+    }
+
+    /// Seats a level's executing requests hold.
+    pub fn executing(&self, level: &str) -> usize {
+        self.current()
+            .levels
+            .iter()
+            .find(|l| l.spec.name == level)
+            .map_or(0, |l| l.state.lock().unwrap().executing)
+    }
+
+    /// A level's seats (0 for an unknown level).
+    pub fn nominal_seats(&self, level: &str) -> usize {
+        self.current()
+            .levels
+            .iter()
+            .find(|l| l.spec.name == level)
+            .map_or(0, |l| l.seats)
     }
 
     /// The matching schema (its index in the configuration) and its level.

@@ -95,6 +95,9 @@ pub async fn serve(
         _guard: guard,
     };
     let strategy = reg.strategy.clone();
+    let sent = state
+        .metrics
+        .watch_events(reg.def.group, reg.def.version, reg.def.kind);
     let body = futures_util::stream::unfold(s, |mut s| async move {
         if let Some(line) = s.initial.next() {
             return Some((Ok::<Bytes, std::io::Error>(line), s));
@@ -104,7 +107,8 @@ pub async fn serve(
             _ = tokio::time::sleep_until(s.deadline) => None,
             _ = s.shutdown.cancelled() => None,
         }
-    });
+    })
+    .inspect(move |_| sent.inc());
     match printing {
         None => Ok(streaming(Body::from_stream(body))),
         Some(p) => {

@@ -1,7 +1,9 @@
 //! `docker compose`: the image builds without pulling, the stack comes up with its health
-//! checks and start ordering, the scripted nginx end-to-end passes against it, and in the
-//! `etcd` profile the cluster keeps serving after one of three etcd members is killed. Reports
-//! itself skipped (with the reason) where no Docker engine or compose tool is present.
+//! checks and start ordering, the scripted nginx end-to-end passes against it, in the
+//! `monitoring` profile Prometheus scrapes every component (every target up, upstream's metric
+//! names there), and in the `etcd` profile the cluster keeps serving after one of three etcd
+//! members is killed. Reports itself skipped (with the reason) where no Docker engine or
+//! compose tool is present, and the monitoring part where Prometheus is not installed.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -47,6 +49,8 @@ struct Stack {
     profile: Option<&'static str>,
     /// The published apiserver port.
     port: u16,
+    /// The published Prometheus port (the `monitoring` profile).
+    prometheus: u16,
     /// Where the stack's `pki` step writes (a bind mount).
     pki: tempfile::TempDir,
     /// The admin kubeconfig it wrote there.
@@ -63,10 +67,12 @@ impl Stack {
         extra_env: &[(&str, &str)],
     ) -> Stack {
         let port = free_port();
+        let prometheus = free_port();
         let pki = tempfile::tempdir().unwrap();
         let kubeconfig = pki.path().join("admin.kubeconfig");
         let mut env = vec![
             ("RKUBE_API_PORT".to_string(), port.to_string()),
+            ("RKUBE_PROMETHEUS_PORT".to_string(), prometheus.to_string()),
             (
                 "RKUBE_PKI_DIR".to_string(),
                 pki.path().to_str().unwrap().to_string(),
@@ -83,6 +89,7 @@ impl Stack {
             env,
             profile,
             port,
+            prometheus,
             kubeconfig: kubeconfig.to_str().unwrap().to_string(),
             pki,
         };
@@ -164,11 +171,18 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         String::from_utf8_lossy(&image.stderr)
     );
 
-    // rkube-store profile: the scripted nginx end-to-end, over HTTPS as the admin.
+    // rkube-store: the scripted nginx end-to-end, over HTTPS as the admin; with Prometheus
+    // when image.sh could pack it.
+    let monitoring = workspace_root()
+        .join("target/image-root/usr/local/bin/prometheus")
+        .exists();
+    if !monitoring {
+        eprintln!("SKIPPED (monitoring profile): prometheus is not installed (Debian's `prometheus` package)");
+    }
     let stack = Stack::up(
         cmd.clone(),
         format!("rkube-e2e-{}", std::process::id()),
-        None,
+        monitoring.then_some("monitoring"),
         &[],
     )
     .await;
@@ -195,6 +209,9 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         String::from_utf8_lossy(&e2e.stdout),
         String::from_utf8_lossy(&e2e.stderr)
     );
+    if monitoring {
+        prometheus_scrapes_every_component(stack.prometheus).await;
+    }
     drop(stack);
 
     // etcd profile: three members; one killed, the cluster still serves reads and writes.
@@ -232,4 +249,68 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         },
     )
     .await;
+}
+
+/// Every scrape target up (apiserver, store, controller-manager, scheduler, three kubelets),
+/// and upstream's metric names in what was scraped.
+async fn prometheus_scrapes_every_component(port: u16) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}/api/v1");
+    wait_for(
+        "7 Prometheus targets up",
+        Duration::from_secs(120),
+        || async {
+            let v: serde_json::Value = http
+                .get(format!("{base}/targets"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let targets = v["data"]["activeTargets"].as_array()?;
+            let up: Vec<&str> = targets
+                .iter()
+                .filter(|t| t["health"] == "up")
+                .filter_map(|t| t["labels"]["job"].as_str())
+                .collect();
+            (targets.len() == 7 && up.len() == 7).then_some(())
+        },
+    )
+    .await;
+    for (query, want) in [
+        ("etcd_server_has_leader", "1"),
+        ("count(apiserver_flowcontrol_nominal_limit_seats) > 0", ""),
+        ("count(apiserver_watch_events_total) > 0", ""),
+        ("count(apiserver_request_duration_seconds_bucket) > 0", ""),
+        ("count(scheduler_schedule_attempts_total) > 0", ""),
+        ("count(workqueue_depth) > 0", ""),
+        (
+            "count(etcd_disk_backend_commit_duration_seconds_bucket) > 0",
+            "",
+        ),
+    ] {
+        wait_for(
+            &format!("Prometheus answers {query}"),
+            Duration::from_secs(60),
+            || async {
+                let v: serde_json::Value = http
+                    .get(format!("{base}/query"))
+                    .query(&[("query", query)])
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                let first = v["data"]["result"].as_array()?.first()?.clone();
+                let value = first["value"][1].as_str()?.to_string();
+                (want.is_empty() || value == want).then_some(())
+            },
+        )
+        .await;
+    }
 }

@@ -48,7 +48,7 @@ async fn slow_watcher_is_cancelled_and_writers_never_wait() {
             .text()
             .await
             .unwrap();
-        if m.contains("rkube_store_watchers 2") {
+        if m.contains("etcd_debugging_mvcc_watcher_total 2") {
             break;
         }
         assert!(Instant::now() < deadline, "watches not registered");
