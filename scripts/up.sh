@@ -46,17 +46,34 @@ else
 fi
 
 # Ctrl-C reaches this script alone (the cluster's processes are in groups of their own):
-# it stops the cluster and exits 0.
+# it stops the cluster and exits 0. Any other way out (a failed step) stops it too, saying so.
 STARTED=0
+exists() { "$RKUBE" cluster kubeconfig "$NAME" --path >/dev/null 2>&1; }
 stop() {
-  trap - INT TERM HUP
+  trap - INT TERM HUP EXIT
   echo
-  if [ "$STARTED" = 1 ]; then "$RKUBE" cluster stop "$NAME" || true; fi
-  say "rkube stopped ($RKUBE cluster start $NAME starts it again; $RKUBE cluster delete $NAME removes it)"
+  if [ "$STARTED" = 1 ] && exists; then
+    "$RKUBE" cluster stop "$NAME" || true
+    say "rkube stopped ($RKUBE cluster start $NAME starts it again; $RKUBE cluster delete $NAME removes it)"
+  else
+    say "rkube stopped"
+  fi
   exit 0
 }
+failed() {
+  local rc=$?
+  trap - INT TERM HUP EXIT
+  if [ "$rc" -ne 0 ] && [ "$STARTED" = 1 ] && exists; then
+    "$RKUBE" cluster stop "$NAME" --quiet || true
+    printf '\033[31merror: up.sh failed (exit %s); cluster %s stopped. Its logs: %s cluster logs %s\033[0m\n' \
+      "$rc" "$NAME" "$RKUBE" "$NAME" >&2
+  fi
+  exit "$rc"
+}
 trap stop INT TERM HUP
+trap failed EXIT
 
+# A fresh cluster each run (Ctrl-C keeps the data until then).
 "$RKUBE" cluster delete "$NAME" --quiet >/dev/null 2>&1 || true
 STARTED=1
 "$RKUBE" cluster create "$NAME" --nodes "$NODES" "${ARGS[@]}"

@@ -480,23 +480,29 @@ impl Cluster {
 /// Writes `text` readable by its owner only.
 pub fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
+    create_private(path)?.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// Creates (or truncates) `path` readable by its owner only (kubeconfigs with keys,
+/// snapshots and recordings holding Secrets).
+pub fn create_private(path: &Path) -> anyhow::Result<std::fs::File> {
     #[cfg(unix)]
     use std::os::unix::fs::OpenOptionsExt;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]
     opts.mode(0o600);
-    let mut f = opts
+    let f = opts
         .open(path)
         .with_context(|| format!("write {}", path.display()))?;
-    // An existing file keeps its mode on open: make it private before the key goes in.
+    // An existing file keeps its mode on open: make it private before anything goes in.
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     }
-    f.write_all(text.as_bytes())?;
-    Ok(())
+    Ok(f)
 }
 
 fn node_ready(n: &Node) -> bool {

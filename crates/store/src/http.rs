@@ -195,7 +195,7 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
     let body = req.into_body();
     match *method {
         "watch" => {
-            app.mvcc.metrics.observe_request("watch", "0", 0.0);
+            app.mvcc.metrics.watch_started();
             crate::watch_stream::handle(
                 app.mvcc.clone(),
                 app.watch.clone(),
@@ -207,17 +207,15 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
         "lease/keepalive" => keepalive(app, body).await,
         m => {
             let started = StdInstant::now();
-            let label = m.rsplit('/').next().unwrap_or(m).to_string();
+            let path = m.to_string();
             let result = unary(&app, m, body).await;
             let code = match &result {
                 Ok(_) => 0,
                 Err(e) => e.grpc_code(),
             };
-            app.mvcc.metrics.observe_request(
-                &label,
-                &code.to_string(),
-                started.elapsed().as_secs_f64(),
-            );
+            app.mvcc
+                .metrics
+                .observe_request(&path, code, started.elapsed().as_secs_f64());
             match result {
                 Ok(r) => r,
                 Err(e) => e.into_response(),

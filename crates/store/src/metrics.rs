@@ -37,23 +37,47 @@ impl StoreMetrics {
         }
     }
 
-    /// Counts one request and observes its latency.
-    pub fn observe_request(&self, method: &str, code: &str, seconds: f64) {
+    /// Counts one unary request (`kv/range`, `lease/grant`, …) and observes its latency,
+    /// labelled as etcd's gRPC server labels it.
+    pub fn observe_request(&self, path: &str, code: i32, seconds: f64) {
+        let (service, method) = grpc_method(path);
+        let labels = [
+            ("grpc_type", "unary"),
+            ("grpc_service", service),
+            ("grpc_method", method),
+        ];
+        let mut handled = labels.to_vec();
+        handled.push(("grpc_code", grpc_code_name(code)));
         self.registry
             .counter(
                 "grpc_server_handled_total",
-                "Requests by method and gRPC code.",
-                &[("grpc_method", method), ("grpc_code", code)],
+                "Requests completed, by method and gRPC code.",
+                &handled,
             )
             .inc();
         self.registry
             .histogram(
                 "grpc_server_handling_seconds",
                 "Request latency by method.",
-                &[("grpc_method", method)],
+                &labels,
                 LATENCY_BUCKETS,
             )
             .observe(seconds);
+    }
+
+    /// Counts a watch stream opened.
+    pub fn watch_started(&self) {
+        self.registry
+            .counter(
+                "grpc_server_started_total",
+                "Streams started, by method.",
+                &[
+                    ("grpc_type", "bidi_stream"),
+                    ("grpc_service", "etcdserverpb.Watch"),
+                    ("grpc_method", "Watch"),
+                ],
+            )
+            .inc();
     }
 
     /// Counts Txn requests by shape, so the apiserver's create (`If mod_revision==0 Then Put`)
@@ -66,5 +90,83 @@ impl StoreMetrics {
                 &[("shape", shape)],
             )
             .inc();
+    }
+}
+
+/// etcd's gRPC service and method for a JSON gateway path.
+fn grpc_method(path: &str) -> (&'static str, &'static str) {
+    match path
+        .strip_prefix("kv/")
+        .filter(|p| p.starts_with("lease/"))
+        .unwrap_or(path)
+    {
+        "kv/range" => ("etcdserverpb.KV", "Range"),
+        "kv/put" => ("etcdserverpb.KV", "Put"),
+        "kv/deleterange" => ("etcdserverpb.KV", "DeleteRange"),
+        "kv/txn" => ("etcdserverpb.KV", "Txn"),
+        "kv/compaction" => ("etcdserverpb.KV", "Compact"),
+        "lease/grant" => ("etcdserverpb.Lease", "LeaseGrant"),
+        "lease/revoke" => ("etcdserverpb.Lease", "LeaseRevoke"),
+        "lease/timetolive" => ("etcdserverpb.Lease", "LeaseTimeToLive"),
+        "lease/leases" => ("etcdserverpb.Lease", "LeaseLeases"),
+        "lease/keepalive" => ("etcdserverpb.Lease", "LeaseKeepAlive"),
+        "maintenance/status" => ("etcdserverpb.Maintenance", "Status"),
+        "maintenance/alarm" => ("etcdserverpb.Maintenance", "Alarm"),
+        "maintenance/hash" => ("etcdserverpb.Maintenance", "Hash"),
+        "maintenance/hashkv" => ("etcdserverpb.Maintenance", "HashKV"),
+        "maintenance/defragment" => ("etcdserverpb.Maintenance", "Defragment"),
+        "cluster/member/list" => ("etcdserverpb.Cluster", "MemberList"),
+        _ => ("etcdserverpb.Unknown", "Unknown"),
+    }
+}
+
+/// gRPC's name for a status code (as `grpc_code` labels carry it).
+fn grpc_code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "Canceled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .copied()
+        .unwrap_or("Unknown")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_labelled_as_etcds_grpc_server_labels_them() {
+        assert_eq!(grpc_method("kv/range"), ("etcdserverpb.KV", "Range"));
+        assert_eq!(
+            grpc_method("kv/lease/revoke"),
+            ("etcdserverpb.Lease", "LeaseRevoke")
+        );
+        assert_eq!(grpc_method("nonsense"), ("etcdserverpb.Unknown", "Unknown"));
+        assert_eq!(grpc_code_name(0), "OK");
+        assert_eq!(grpc_code_name(14), "Unavailable");
+        assert_eq!(grpc_code_name(99), "Unknown");
+        assert_eq!(grpc_code_name(-1), "Unknown");
+        let m = StoreMetrics::new(Registry::new());
+        m.observe_request("kv/txn", 9, 0.01);
+        let text = m.registry.render();
+        assert!(text.contains(r#"grpc_server_handled_total{grpc_type="unary",grpc_service="etcdserverpb.KV",grpc_method="Txn",grpc_code="FailedPrecondition"} 1"#), "{text}");
     }
 }

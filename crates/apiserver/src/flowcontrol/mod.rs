@@ -299,12 +299,13 @@ impl Apf {
             .map_or(0, |l| l.state.lock().unwrap().executing)
     }
 
-    /// A level's seats (0 for an unknown level).
+    /// A level's seats (0 for an unknown level, and for exempt ones, as upstream reports
+    /// them: they take no seats).
     pub fn nominal_seats(&self, level: &str) -> usize {
         self.current()
             .levels
             .iter()
-            .find(|l| l.spec.name == level)
+            .find(|l| l.spec.name == level && !l.spec.exempt)
             .map_or(0, |l| l.seats)
     }
 

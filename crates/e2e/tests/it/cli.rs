@@ -10,6 +10,29 @@ use std::time::Duration;
 use rkube_e2e::{bin, kubectl_with, wait_for, workspace_root};
 use tokio::io::AsyncBufReadExt;
 
+/// Deletes every cluster under its directory when dropped, so a failed assertion leaves no
+/// detached processes behind.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let names = std::fs::read_dir(self.0.join("clusters"))
+            .into_iter()
+            .flatten();
+        for e in names.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let _ = rkube(&self.0, &["cluster", "delete", &name, "-q"]);
+        }
+    }
+}
+
+/// A temporary `RKUBE_HOME` whose clusters are deleted with it.
+fn scratch_home() -> (tempfile::TempDir, Cleanup) {
+    let t = tempfile::tempdir().unwrap();
+    let c = Cleanup(t.path().to_path_buf());
+    (t, c)
+}
+
 /// `rkube ARGS` with clusters under `home`.
 fn rkube(home: &Path, args: &[&str]) -> Output {
     Command::new(bin("rkube"))
@@ -165,7 +188,7 @@ async fn available(kc: &Path, deploy: &str, replicas: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_cli_creates_scales_snapshots_stops_and_deletes_a_cluster() {
-    let t = tempfile::tempdir().unwrap();
+    let (t, _cleanup) = scratch_home();
     let home = t.path();
     let created = rkube(
         home,
@@ -284,7 +307,7 @@ async fn the_cluster_cli_runs_an_open_cluster_on_etcd() {
         eprintln!("SKIPPED: RKUBE_SKIP_ETCD=1");
         return;
     }
-    let t = tempfile::tempdir().unwrap();
+    let (t, _cleanup) = scratch_home();
     let home = t.path();
     let kc = create_open(home, "e", &["--etcd"]);
     let r = row(home, "e");
@@ -309,7 +332,7 @@ async fn the_cluster_cli_runs_an_open_cluster_on_etcd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_sh_stops_the_cluster_and_exits_0_on_ctrl_c() {
-    let t = tempfile::tempdir().unwrap();
+    let (t, _cleanup) = scratch_home();
     let home = t.path();
     let mut script = tokio::process::Command::new(workspace_root().join("scripts/up.sh"));
     script
@@ -376,7 +399,7 @@ async fn up_sh_stops_the_cluster_and_exits_0_on_ctrl_c() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_replays_into_another_cluster_with_owners_relinked() {
-    let t = tempfile::tempdir().unwrap();
+    let (t, _cleanup) = scratch_home();
     let home = t.path();
     let kc = create_open(home, "src", &[]);
     ready_nodes(&kc, 1).await;
@@ -445,6 +468,17 @@ async fn a_recording_replays_into_another_cluster_with_owners_relinked() {
 
     // Into a fresh cluster, as fast as it goes.
     let kc2 = create_open(home, "dst", &[]);
+    // Without its controller-manager, nothing in `dst` adopts or replaces what the replay
+    // writes: the owner references checked below are the replay's own.
+    let cm = std::fs::read_to_string(home.join("clusters/dst/run/controller-manager.pid")).unwrap();
+    let cm = cm.split_whitespace().next().unwrap().to_string();
+    assert!(Command::new("kill").arg(&cm).status().unwrap().success());
+    wait_for(
+        "dst's controller-manager gone",
+        Duration::from_secs(20),
+        || async { (!alive(cm.parse().unwrap())).then_some(()) },
+    )
+    .await;
     let replayed = rkube(
         home,
         &["replay", "dst", file.to_str().unwrap(), "--speed", "0"],

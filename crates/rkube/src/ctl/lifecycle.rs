@@ -54,7 +54,7 @@ fn etcd_exe(spec: &Spec) -> anyhow::Result<PathBuf> {
     )
 }
 
-fn port_free(port: u16) -> bool {
+pub(crate) fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
@@ -98,15 +98,21 @@ pub async fn create(c: Create, steps: &Steps) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&home.dir)
             .with_context(|| format!("remove the stale {}", home.dir.display()))?;
     }
-    let apiserver = match c.port {
-        Some(0) => free_ports(1)?[0],
-        Some(p) if port_free(p) => p,
-        Some(p) => return Err(busy_port_error(p)),
-        None if port_free(6443) => 6443,
-        None => free_ports(1)?[0],
+    // The apiserver's port is held while the others are chosen, so none is chosen twice.
+    let held = match c.port {
+        Some(0) => None,
+        Some(p) => {
+            Some(std::net::TcpListener::bind(("127.0.0.1", p)).map_err(|_| busy_port_error(p))?)
+        }
+        None => std::net::TcpListener::bind(("127.0.0.1", 6443)).ok(),
     };
-    let mut ports = free_ports(4 + c.nodes)?.into_iter();
+    let mut ports = free_ports(5 + c.nodes)?.into_iter();
     let mut next = || ports.next().expect("enough ports");
+    let apiserver = match &held {
+        Some(l) => l.local_addr()?.port(),
+        None => next(),
+    };
+    drop(held);
     let spec = Spec {
         name: c.name.clone(),
         nodes: c.nodes,
@@ -258,7 +264,7 @@ async fn start_and_wait(
         if let Some(port) = own_port(p) {
             if !port_free(port) {
                 bail!(
-                    "{}: port {port} is in use by another program; stop it, or `rkube cluster delete {}` and create the cluster again",
+                    "{}: port {port} is in use by another program; stop it, or `rkube cluster stop {1} && rkube cluster start {1}` (ports other than the apiserver's are chosen afresh, the data kept)",
                     p.name,
                     home.name()
                 );
@@ -304,7 +310,7 @@ fn exited(home: &Home, name: &str) -> String {
     let tail = procs::log_tail(home, name, 15);
     let hint = if tail.contains("Address already in use") || tail.contains("address already in use")
     {
-        "\n(a port it needs is taken: stop what holds it, or delete the cluster and create it again)"
+        "\n(a port it needs is taken: stop what holds it; `rkube cluster stop NAME && rkube cluster start NAME` chooses the others afresh)"
     } else {
         ""
     };
@@ -405,29 +411,34 @@ pub fn state(spec: &Spec, home: &Home) -> anyhow::Result<State> {
 pub async fn start(name: &str, steps: &Steps) -> anyhow::Result<()> {
     let home = Home::of(name)?;
     let mut spec = home.load()?;
-    if state(&spec, &home)? == State::Running {
-        steps.say(&format!(
-            "cluster {name:?} is already running at {}",
-            spec.server()
-        ));
-        return Ok(());
+    match state(&spec, &home)? {
+        State::Running => {
+            steps.say(&format!(
+                "cluster {name:?} is already running at {}",
+                spec.server()
+            ));
+            return Ok(());
+        }
+        // Whatever still runs is stopped first: everything then starts on ports known free.
+        State::Degraded(down) => {
+            steps.say(&format!(
+                "cluster {name:?} is degraded ({} not running): stopping the rest first",
+                down.join(", ")
+            ));
+            stop(name, steps)?;
+        }
+        State::Stopped => {}
     }
-    // Internal ports taken since the cluster last ran are chosen afresh; the apiserver's is
-    // in every kubeconfig and stays.
-    let apiserver_down = procs::running(&home, "apiserver").is_none();
-    if apiserver_down && !port_free(spec.ports.apiserver) {
+    // Ports taken since the cluster last ran are chosen afresh, except the apiserver's: it is
+    // in every kubeconfig.
+    if !port_free(spec.ports.apiserver) {
         bail!(
             "port {} of cluster {name:?}'s apiserver is in use by another program: stop it, then `rkube cluster start {name}`",
             spec.ports.apiserver
         );
     }
-    if procs::running(&home, "store").is_none()
-        && procs::running(&home, "etcd").is_none()
-        && procs::running(&home, "apiserver").is_none()
-    {
-        refresh_ports(&mut spec)?;
-        home.save(&spec)?;
-    }
+    refresh_ports(&mut spec)?;
+    home.save(&spec)?;
     steps.say(&format!("Starting cluster {name:?} …"));
     if let Err(e) = interruptible(launch(&spec, &home, steps)).await {
         stop(name, &Steps::new(true))?;
@@ -439,7 +450,7 @@ pub async fn start(name: &str, steps: &Steps) -> anyhow::Result<()> {
 
 /// `work`, or an error once Ctrl-C (SIGINT) or SIGTERM arrives: the caller then stops what
 /// was started rather than leave it running half-made.
-async fn interruptible<T>(
+pub(crate) async fn interruptible<T>(
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -535,7 +546,7 @@ pub async fn scale(name: &str, replicas: usize, steps: &Steps) -> anyhow::Result
         State::Running => {}
         State::Stopped => bail!("cluster {name:?} is stopped: `rkube cluster start {name}` first"),
         State::Degraded(down) => bail!(
-            "cluster {name:?} is degraded ({} not running): `rkube cluster stop {name} && rkube cluster start {name}`",
+            "cluster {name:?} is degraded ({} not running): `rkube cluster start {name}` restarts it",
             down.join(", ")
         ),
     }
@@ -543,31 +554,39 @@ pub async fn scale(name: &str, replicas: usize, steps: &Steps) -> anyhow::Result
     let before = spec.nodes;
     if replicas > before {
         let step = steps.start(format!("{} node(s) added", replicas - before));
-        let fresh = free_ports(replicas - before)?;
-        spec.ports.nodes.truncate(before);
-        spec.ports.nodes.extend(fresh);
-        spec.nodes = replicas;
-        if spec.secure {
-            generate_pki(&spec, &home).await?;
+        // The spec is saved only once the new nodes are Ready.
+        let mut grown = spec.clone();
+        grown.ports.nodes.truncate(before);
+        grown.ports.nodes.extend(free_ports(replicas - before)?);
+        grown.nodes = replicas;
+        if grown.secure {
+            generate_pki(&grown, &home).await?;
         }
-        home.save(&spec)?;
         let procs: Vec<Proc> = (before..replicas)
-            .map(|i| plan::node(&spec, &home, &rkube, i))
+            .map(|i| plan::node(&grown, &home, &rkube, i))
             .collect();
         let refs: Vec<&Proc> = procs.iter().collect();
         let mut started = Vec::new();
-        if let Err(e) = start_and_wait(&home, &refs, &mut started).await {
+        if let Err(e) = interruptible(start_and_wait(&home, &refs, &mut started)).await {
+            procs::stop(&home, &started, STOP_GRACE);
             step.fail();
             return Err(e);
         }
+        home.save(&grown)?;
         step.done();
     } else if replicas < before {
         let step = steps.start(format!("{} node(s) removed", before - replicas));
-        let gone: Vec<Proc> = (replicas..before)
-            .map(|i| plan::node(&spec, &home, &rkube, i))
+        let names: Vec<String> = (replicas..before)
+            .map(|i| plan::node(&spec, &home, &rkube, i).name)
             .collect();
-        let names: Vec<String> = gone.iter().map(|p| p.name.clone()).collect();
         procs::stop(&home, &names, STOP_GRACE);
+        // Their processes are gone: the spec says so even if a Node object below is not.
+        spec.nodes = replicas;
+        spec.ports.nodes.truncate(replicas);
+        home.save(&spec)?;
+        for n in &names {
+            let _ = std::fs::remove_file(home.log(n));
+        }
         let probe = Probe::new(&home)?;
         let admin = probe.admin.context("the cluster's kubeconfig is missing")?;
         let nodes = rkube_client::Api::<Node>::all(&admin);
@@ -578,14 +597,10 @@ pub async fn scale(name: &str, replicas: usize, steps: &Steps) -> anyhow::Result
                 Err(e) if e.is_not_found() => {}
                 Err(e) => {
                     step.fail();
-                    return Err(anyhow::anyhow!("delete node {node}: {e}"));
+                    bail!("node {node} stopped, but its Node object was not deleted ({e}): `kubectl delete node {node}`");
                 }
             }
-            let _ = std::fs::remove_file(home.log(&format!("node-{}", i + 1)));
         }
-        spec.nodes = replicas;
-        spec.ports.nodes.truncate(replicas);
-        home.save(&spec)?;
         step.done();
     } else {
         steps.say(&format!("cluster {name:?} already has {replicas} node(s)"));

@@ -37,29 +37,46 @@ struct Tail {
 }
 
 impl Tail {
-    /// Writes what was appended since the last call (whole lines; with a prefix, a line
-    /// still being written waits for its end).
+    /// Writes what was appended since the last call, 64 KiB at a time (logs are never read
+    /// whole); with a prefix, a line still being written waits for its end.
     fn pump(&mut self, out: &mut impl Write) -> std::io::Result<()> {
         let Ok(mut f) = std::fs::File::open(&self.path) else {
             return Ok(());
         };
-        let len = f.metadata()?.len();
-        if len < self.offset {
+        if f.metadata()?.len() < self.offset {
             // Truncated: start over.
             self.offset = 0;
         }
         f.seek(SeekFrom::Start(self.offset))?;
-        let mut buf = Vec::new();
-        f.take(len - self.offset).read_to_end(&mut buf)?;
-        self.offset += buf.len() as u64;
-        let Some(prefix) = &self.prefix else {
-            return out.write_all(&buf);
-        };
-        self.partial.extend_from_slice(&buf);
-        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.offset += n as u64;
+            let Some(prefix) = &self.prefix else {
+                out.write_all(&buf[..n])?;
+                continue;
+            };
+            self.partial.extend_from_slice(&buf[..n]);
+            let mut start = 0;
+            while let Some(end) = self.partial[start..].iter().position(|&b| b == b'\n') {
+                out.write_all(prefix.as_bytes())?;
+                out.write_all(&self.partial[start..=start + end])?;
+                start += end + 1;
+            }
+            self.partial.drain(..start);
+        }
+    }
+
+    /// A last line without its newline (when not following).
+    fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if let (Some(prefix), false) = (&self.prefix, self.partial.is_empty()) {
             out.write_all(prefix.as_bytes())?;
-            out.write_all(&self.partial[..=end])?;
-            self.partial.drain(..=end);
+            out.write_all(&self.partial)?;
+            out.write_all(b"\n")?;
+            self.partial.clear();
         }
         Ok(())
     }
@@ -98,10 +115,14 @@ pub fn logs(name: &str, component: Option<&str>, follow: bool) -> anyhow::Result
                 return Err(e.into());
             }
         }
-        out.flush()?;
         if !follow || !home.exists() {
+            for t in &mut tails {
+                t.finish(&mut out)?;
+            }
+            out.flush()?;
             return Ok(());
         }
+        out.flush()?;
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -100,6 +100,7 @@ pub fn stop(home: &Home, names: &[String], grace: Duration) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(20));
         left.retain(|(_, pid, started)| is_ours(*pid, *started));
     }
+    let killed: Vec<String> = left.iter().map(|(n, _, _)| n.clone()).collect();
     for (_, pid, _) in &left {
         signal(*pid, rustix::process::Signal::KILL);
     }
@@ -110,10 +111,15 @@ pub fn stop(home: &Home, names: &[String], grace: Duration) -> Vec<String> {
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for n in names {
+    left.retain(|(_, pid, started)| is_ours(*pid, *started));
+    // Pid files go with their processes; one that survived SIGKILL stays tracked.
+    for n in names
+        .iter()
+        .filter(|n| !left.iter().any(|(l, _, _)| l == *n))
+    {
         let _ = std::fs::remove_file(home.pid_file(n));
     }
-    left.into_iter().map(|(n, _, _)| n).collect()
+    killed
 }
 
 /// The last `n` lines of `name`'s log (for an error message).

@@ -151,14 +151,17 @@ async fn follow(
         let stream = match client.watch_raw::<Value>(&path).await {
             Ok(s) => s,
             Err(e) if e.is_gone() => {
-                rv = relist(&client, &r, &mut known, &tx, at()).await?;
+                match relisted(&client, &r, &mut known, &tx, at()).await {
+                    Some(v) => rv = v,
+                    None => return Ok(()),
+                }
                 continue;
             }
             Err(e) => {
                 if tx.is_closed() {
                     return Ok(());
                 }
-                tracing::warn!(resource = %r.plural, error = %e, "watch failed; retrying");
+                eprintln!("record: watching {} failed ({e}); retrying", r.plural);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
@@ -176,7 +179,10 @@ async fn follow(
                     continue;
                 }
                 Ok(WatchEvent::Error(status)) if status.code == 410 => {
-                    rv = relist(&client, &r, &mut known, &tx, at()).await?;
+                    match relisted(&client, &r, &mut known, &tx, at()).await {
+                        Some(v) => rv = v,
+                        None => return Ok(()),
+                    }
                     break;
                 }
                 Ok(WatchEvent::Error(_)) | Err(_) => break,
@@ -206,6 +212,30 @@ async fn follow(
         }
         if tx.is_closed() {
             return Ok(());
+        }
+        // The stream ended (its timeout, an error event, a dropped connection): a short pause
+        // before the next watch, so a failing one cannot spin.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// [`relist`] until it succeeds (a second apart, the failures reported); `None` once the
+/// recording has stopped.
+async fn relisted(
+    client: &Client,
+    r: &ApiResource,
+    known: &mut BTreeMap<(String, String), Value>,
+    tx: &mpsc::Sender<Change>,
+    at: f64,
+) -> Option<String> {
+    loop {
+        match relist(client, r, known, tx, at).await {
+            Ok(rv) => return Some(rv),
+            Err(_) if tx.is_closed() => return None,
+            Err(e) => {
+                eprintln!("record: listing {} failed ({e:#}); retrying", r.plural);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }
@@ -257,9 +287,7 @@ pub async fn record(
 ) -> anyhow::Result<u64> {
     let client = admin(name)?;
     let resources = resolve(&client, resources).await?;
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(file).with_context(|| format!("create {}", file.display()))?,
-    );
+    let mut out = std::io::BufWriter::new(crate::cluster::create_private(file)?);
     let began = Instant::now();
     let mut written = 0u64;
     // The objects there now first, resource by resource in the order given (namespaces
@@ -313,6 +341,11 @@ pub async fn record(
     for t in tasks {
         t.abort();
     }
+    // What the watches had sent before they stopped is written too.
+    while let Ok(change) = rx.try_recv() {
+        write_change(&mut out, &change)?;
+        written += 1;
+    }
     out.flush()?;
     steps.say(&format!(
         "Recorded {written} changes into {}",
@@ -327,6 +360,9 @@ fn write_change(out: &mut impl Write, c: &Change) -> anyhow::Result<()> {
     out.flush()?;
     Ok(())
 }
+
+/// The latest `at` a recording may hold: a year.
+const MAX_AT: f64 = 366.0 * 86400.0;
 
 /// Reads a recording (at most `max` changes).
 pub fn read(file: &Path, max: usize) -> anyhow::Result<Vec<Change>> {
@@ -346,6 +382,13 @@ pub fn read(file: &Path, max: usize) -> anyhow::Result<Vec<Change>> {
                 i + 1
             )
         })?;
+        anyhow::ensure!(
+            c.at.is_finite() && (0.0..=MAX_AT).contains(&c.at),
+            "{}: document {}: at {} is not a time in the recording (0 to {MAX_AT} s)",
+            file.display(),
+            i + 1,
+            c.at
+        );
         anyhow::ensure!(
             matches!(c.kind.as_str(), "ADDED" | "MODIFIED" | "DELETED"),
             "{}: document {}: type {:?}",
@@ -399,6 +442,12 @@ mod tests {
             .contains("more than 1 changes"));
         std::fs::write(&f, "---\nat: 0\ntype: EXPLODED\nobject: {}\n").unwrap();
         assert!(read(&f, 10).unwrap_err().to_string().contains("EXPLODED"));
+        // Refused one way or the other: JSON has no infinity or NaN.
+        for at in [".inf", "-1", ".nan", "1e300"] {
+            std::fs::write(&f, format!("---\nat: {at}\ntype: ADDED\nobject: {{}}\n")).unwrap();
+            let e = read(&f, 10).unwrap_err().to_string();
+            assert!(e.contains("document 1"), "{at}: {e}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use rkube_client::dynamic::ApiResource;
 use rkube_client::{Client, Method};
 use serde_json::{json, Value};
@@ -22,6 +22,9 @@ use super::steps::Steps;
 
 /// The most changes a recording may hold.
 const MAX_CHANGES: usize = 1_000_000;
+/// Failures in a row after which the replay stops (the cluster is gone, or the file is not
+/// meant for it).
+const GIVE_UP_AFTER: u64 = 20;
 /// Tries of a replace that meets a conflict (a controller of this cluster wrote meanwhile).
 const CONFLICT_TRIES: usize = 5;
 
@@ -60,15 +63,26 @@ pub async fn replay(
     let mut uids: HashMap<String, String> = HashMap::new();
     let mut done = Replayed::default();
     let began = Instant::now();
+    let mut in_a_row = 0;
     for c in &changes {
         if speed > 0.0 && c.at > 0.0 {
-            let due = began + Duration::from_secs_f64(c.at / speed);
+            // `at` is at most a year (checked on reading); a tiny speed is capped likewise.
+            let wait = Duration::try_from_secs_f64(c.at / speed).unwrap_or(Duration::MAX);
+            let due = began + wait.min(Duration::from_secs(366 * 86400));
             tokio::time::sleep_until(due.into()).await;
         }
         match apply(&client, &served, &mut uids, c).await {
-            Ok(()) => done.applied += 1,
+            Ok(()) => {
+                done.applied += 1;
+                in_a_row = 0;
+            }
             Err(e) => {
                 done.failed += 1;
+                in_a_row += 1;
+                if in_a_row >= GIVE_UP_AFTER {
+                    step.fail();
+                    bail!("{GIVE_UP_AFTER} changes in a row failed (the last: {e:#}); {} applied before", done.applied);
+                }
                 let m = &c.object["metadata"];
                 eprintln!(
                     "replay: {} {} {}{}: {e:#}",

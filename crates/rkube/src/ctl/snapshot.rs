@@ -127,9 +127,7 @@ pub async fn save(name: &str, file: &Path, steps: &Steps) -> anyhow::Result<u64>
                 break;
             }
         }
-        let mut out = BufWriter::new(
-            std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?,
-        );
+        let mut out = BufWriter::new(crate::cluster::create_private(&tmp)?);
         let header = Header {
             kind: KIND.into(),
             version: 1,
@@ -212,11 +210,24 @@ pub async fn restore(name: &str, file: &Path, steps: &Steps) -> anyhow::Result<u
     }
     let data = home.data(spec.etcd);
     let aside = data.with_extension("before-restore");
-    let _ = std::fs::remove_dir_all(&aside);
+    if aside.exists() {
+        // An earlier restore was cut off: what it set aside is the cluster's last good data.
+        steps.say(&format!(
+            "an earlier restore of {name:?} did not finish: its previous data is put back first"
+        ));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::rename(&aside, &data).context("put the store's previous data back")?;
+    }
+    if !lifecycle::port_free(spec.ports.apiserver) {
+        bail!(
+            "port {} of cluster {name:?}'s apiserver is in use by another program: stop it first (nothing was changed)",
+            spec.ports.apiserver
+        );
+    }
     if data.exists() {
         std::fs::rename(&data, &aside).context("set the store's data aside")?;
     }
-    let restored = async {
+    let restored = lifecycle::interruptible(async {
         lifecycle::launch_stages(&spec, &home, &[super::plan::Stage::Storage], steps).await?;
         let step = steps.start(format!(
             "{} keys restored from {} (revision {} of {:?})",
@@ -232,21 +243,22 @@ pub async fn restore(name: &str, file: &Path, steps: &Steps) -> anyhow::Result<u
                 return Err(e);
             }
         }
-        anyhow::Ok(())
-    }
+        lifecycle::stop(name, &Steps::new(true))?;
+        lifecycle::start(name, steps).await
+    })
     .await;
     if let Err(e) = restored {
+        // The previous data comes back whatever failed (the file, the store, a component).
         lifecycle::stop(name, &Steps::new(true))?;
         let _ = std::fs::remove_dir_all(&data);
         if aside.exists() {
             std::fs::rename(&aside, &data).context("put the store's data back")?;
         }
         return Err(e.context(format!(
-            "restore failed; cluster {name:?} keeps its data (stopped)"
+            "restore failed; cluster {name:?} has its previous data back (stopped: `rkube cluster start {name}`)"
         )));
     }
     let _ = std::fs::remove_dir_all(&aside);
-    lifecycle::start(name, steps).await?;
     Ok(header.keys)
 }
 
