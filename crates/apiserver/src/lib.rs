@@ -26,6 +26,7 @@ pub mod request;
 pub mod services;
 pub mod storage;
 pub mod tls;
+pub mod watches;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -392,6 +393,7 @@ pub async fn run(
         shutdown: shutdown.clone(),
         ready: ready.clone(),
         kubelet: Arc::new(http::logs::KubeletClient::new(&config.kubelet)?),
+        watches: Arc::new(watches::WatchTable::default()),
     };
     let app = Router::new()
         .route("/version", get(version))

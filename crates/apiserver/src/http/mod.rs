@@ -46,6 +46,8 @@ pub struct ApiState {
     pub ready: rkube_daemon::health::Ready,
     /// The client pods/log (and later exec, port-forward) reach kubelets with.
     pub kubelet: Arc<logs::KubeletClient>,
+    /// Every open watch (`/debug/watches`).
+    pub watches: Arc<crate::watches::WatchTable>,
 }
 
 /// The one conversion from `ApiError` to the wire.
@@ -406,6 +408,9 @@ pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
         let accept = header(req.headers(), "accept");
         if path == "/openapi/v2" {
             return openapi::v2(accept);
+        }
+        if path == "/debug/watches" {
+            return json_value(StatusCode::OK, &state.watches.to_json());
         }
         if let Some(issuer) = state.auth.issuer() {
             match path {

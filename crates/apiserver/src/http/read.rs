@@ -56,7 +56,32 @@ pub async fn list(s: &Scope<'_>) -> Result<Response, ApiError> {
 
 pub async fn watch(s: &Scope<'_>) -> Result<Response, ApiError> {
     let opts = ListOptions::from_query(s.query, true)?;
-    super::watch::serve(s.state, s.reg, s.namespace, s.name, &opts, s.printing).await
+    let opened = crate::watches::Opened {
+        user: s.user.name.clone(),
+        client: s.update_manager.clone().unwrap_or_default(),
+        resource: match s.reg.def.group {
+            "" => s.reg.def.plural.to_string(),
+            g => format!("{}.{g}", s.reg.def.plural),
+        },
+        namespace: s.ns.to_string(),
+        label_selector: s.query.get("labelSelector").unwrap_or_default().to_string(),
+        field_selector: s.query.get("fieldSelector").unwrap_or_default().to_string(),
+        start_rv: s
+            .query
+            .get("resourceVersion")
+            .unwrap_or_default()
+            .to_string(),
+    };
+    super::watch::serve(
+        s.state,
+        s.reg,
+        s.namespace,
+        s.name,
+        &opts,
+        s.printing,
+        opened,
+    )
+    .await
 }
 
 /// `{"kind":"<Kind>List","apiVersion":…,"metadata":{…},"items":[…]}` from cached item bytes.

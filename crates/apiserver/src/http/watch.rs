@@ -54,6 +54,7 @@ pub async fn serve(
     name: Option<&str>,
     opts: &ListOptions,
     printing: Option<super::Printing>,
+    opened: crate::watches::Opened,
 ) -> Result<Response, ApiError> {
     let timeout = match opts.timeout_seconds {
         // Clamped to a day so the deadline arithmetic cannot overflow.
@@ -98,6 +99,8 @@ pub async fn serve(
     let sent = state
         .metrics
         .watch_events(reg.def.group, reg.def.version, reg.def.kind);
+    // In the table while the body lives (the closure below holds it).
+    let registered = state.watches.open(opened);
     let body = futures_util::stream::unfold(s, |mut s| async move {
         if let Some(line) = s.initial.next() {
             return Some((Ok::<Bytes, std::io::Error>(line), s));
@@ -108,7 +111,12 @@ pub async fn serve(
             _ = s.shutdown.cancelled() => None,
         }
     })
-    .inspect(move |_| sent.inc());
+    .inspect(move |line| {
+        sent.inc();
+        if let Ok(l) = line {
+            registered.entry.sent(l);
+        }
+    });
     match printing {
         None => Ok(streaming(Body::from_stream(body))),
         Some(p) => {

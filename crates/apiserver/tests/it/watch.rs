@@ -395,7 +395,77 @@ async fn guards_against_hostile_input(c: &Cluster) {
     assert_eq!(ev["object"]["metadata"]["name"], "fresh");
 }
 
+/// `/debug/watches` lists an open watch with its selector, the events and bookmarks sent and
+/// the resourceVersion it reached; the entry goes with the stream.
+async fn open_watches_are_listed(c: &Cluster) {
+    let first = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "start"}});
+    let (_, start) = c
+        .post("/api/v1/namespaces/default/configmaps", &first)
+        .await;
+    let from = rv_of(&start);
+    let mut w = c
+        .watch(&format!("/api/v1/namespaces/default/pods?watch=true&labelSelector=app%3Dwl&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=4"))
+        .await;
+    let (_, p) = c
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &pod("listed", json!({"app": "wl"})),
+        )
+        .await;
+    let added = w.next(T).await.expect("the pod as ADDED");
+    assert_eq!(added["type"], "ADDED");
+    // A write elsewhere moves the resourceVersion a bookmark carries.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "moves-rv"}});
+    c.post("/api/v1/namespaces/default/configmaps", &cm).await;
+    let bm = w
+        .until(Duration::from_secs(4), |e| e["type"] == "BOOKMARK")
+        .await;
+    let (code, list) = c.get("/debug/watches").await;
+    assert_eq!(code, 200, "{list}");
+    let items = list["items"].as_array().expect("items");
+    let item = items
+        .iter()
+        .find(|i| i["labelSelector"] == "app=wl")
+        .unwrap_or_else(|| panic!("the watch is listed: {list}"));
+    assert_eq!(item["resource"], "pods");
+    assert_eq!(item["namespace"], "default");
+    assert_eq!(item["startResourceVersion"], from.to_string());
+    assert!(item["events"].as_u64() >= Some(1), "{item}");
+    assert!(item["bookmarks"].as_u64() >= Some(1), "{item}");
+    assert!(item["bytes"].as_u64() > Some(0), "{item}");
+    assert_eq!(
+        item["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap(),
+        rv_of(&bm["object"]).max(rv_of(&p))
+    );
+    assert!(
+        w.next(Duration::from_secs(6)).await.is_none(),
+        "the watch ends at its timeout"
+    );
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let (_, list) = c.get("/debug/watches").await;
+        let listed = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|i| i["labelSelector"] == "app=wl");
+        if !listed {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ended watch still listed: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 cases! {
+    open_watches_are_listed, open_watches_are_listed_rkube, open_watches_are_listed_etcd;
     events_can_be_watched, events_can_be_watched_rkube, events_can_be_watched_etcd;
     guards_against_hostile_input, guards_against_hostile_input_rkube, guards_against_hostile_input_etcd;
 }
