@@ -56,6 +56,7 @@ struct Inner {
     limiter: TokenBucket,
     /// (qps, burst) the limiter was made with.
     limits: (f32, u32),
+    observer: Option<crate::config::RequestObserver>,
 }
 
 impl Client {
@@ -95,6 +96,7 @@ impl Client {
                 token: cfg.token.clone(),
                 limiter: TokenBucket::new(cfg.qps, cfg.burst),
                 limits: (cfg.qps, cfg.burst),
+                observer: cfg.observer.clone(),
             }),
         })
     }
@@ -112,7 +114,15 @@ impl Client {
                 token: i.token.clone(),
                 limiter: TokenBucket::new(i.limits.0, i.limits.1),
                 limits: i.limits,
+                observer: i.observer.clone(),
             }),
+        }
+    }
+
+    fn observe(&self, verb: &str, code: Option<u16>, started: std::time::Instant) {
+        if let Some(o) = &self.inner.observer {
+            let code = code.map_or_else(|| "<error>".to_string(), |c| c.to_string());
+            o(verb, &code, started.elapsed());
         }
     }
 
@@ -163,13 +173,21 @@ impl Client {
         accept: &str,
     ) -> Result<bytes::Bytes, Error> {
         self.inner.limiter.acquire().await;
+        let verb = method.as_str().to_string();
+        let started = std::time::Instant::now();
         let mut rb = self
             .request(method, path_and_query, false)
             .header("Accept", accept);
         if let Some((ctype, b)) = body {
             rb = rb.header("Content-Type", ctype).body(b);
         }
-        let resp = rb.send().await?;
+        let sent = rb.send().await;
+        self.observe(
+            &verb,
+            sent.as_ref().ok().map(|r| r.status().as_u16()),
+            started,
+        );
+        let resp = sent?;
         let code = resp.status().as_u16();
         let bytes = resp.bytes().await?;
         if (200..300).contains(&code) {
@@ -196,11 +214,19 @@ impl Client {
         path_and_query: &str,
     ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
         self.inner.limiter.acquire().await;
-        let resp = self
+        let started = std::time::Instant::now();
+        let sent = self
             .request(reqwest::Method::GET, path_and_query, true)
             .header("Accept", "application/json")
             .send()
-            .await?;
+            .await;
+        // A watch counts once its response starts, as upstream's client measures it.
+        self.observe(
+            "WATCH",
+            sent.as_ref().ok().map(|r| r.status().as_u16()),
+            started,
+        );
+        let resp = sent?;
         let code = resp.status().as_u16();
         if !(200..300).contains(&code) {
             let bytes = resp.bytes().await.unwrap_or_default();

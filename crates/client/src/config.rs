@@ -7,8 +7,13 @@ use serde::Deserialize;
 
 use crate::Error;
 
+/// Told of every finished request: its verb (`GET`, …), its HTTP code as text (`"<error>"`
+/// when none came back) and how long it took — what a component turns into upstream's
+/// `rest_client_*` metrics.
+pub type RequestObserver = std::sync::Arc<dyn Fn(&str, &str, std::time::Duration) + Send + Sync>;
+
 /// Connection settings for one apiserver.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// `http://host:port` (no trailing slash).
     pub server: String,
@@ -24,6 +29,20 @@ pub struct Config {
     pub burst: u32,
     pub user_agent: String,
     pub timeout: std::time::Duration,
+    pub observer: Option<RequestObserver>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No credentials in logs.
+        f.debug_struct("Config")
+            .field("server", &self.server)
+            .field("qps", &self.qps)
+            .field("burst", &self.burst)
+            .field("user_agent", &self.user_agent)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -38,6 +57,7 @@ impl Config {
             burst: 0,
             user_agent: format!("rkube/{}", env!("CARGO_PKG_VERSION")),
             timeout: std::time::Duration::from_secs(30),
+            observer: None,
         }
     }
 

@@ -252,6 +252,37 @@ fn fmt_labels(l: &Labels, le: Option<&str>) -> String {
 }
 
 /// Reads this process's resident set size in bytes (Linux), or 0 where unknown.
+/// Told of a finished request: verb, code, latency (`rkube_client::RequestObserver`).
+pub type RequestObserver = Arc<dyn Fn(&str, &str, std::time::Duration) + Send + Sync>;
+
+/// A client's request observer recording upstream's `rest_client_requests_total{code,method,
+/// host}` and `rest_client_request_duration_seconds{verb,host}` in `registry` (`server` is the
+/// apiserver URL; its host:port is the `host` label).
+pub fn rest_client_observer(registry: Arc<Registry>, server: &str) -> RequestObserver {
+    let host = server
+        .split_once("://")
+        .map_or(server, |(_, rest)| rest)
+        .trim_end_matches('/')
+        .to_string();
+    Arc::new(move |verb: &str, code: &str, took: std::time::Duration| {
+        registry
+            .counter(
+                "rest_client_requests_total",
+                "Requests to the apiserver by code, method and host.",
+                &[("code", code), ("method", verb), ("host", &host)],
+            )
+            .inc();
+        registry
+            .histogram(
+                "rest_client_request_duration_seconds",
+                "Request latency to the apiserver by verb and host.",
+                &[("verb", verb), ("host", &host)],
+                LATENCY_BUCKETS,
+            )
+            .observe_duration(took);
+    })
+}
+
 pub fn process_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -267,6 +298,29 @@ pub fn process_rss_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clients_requests_are_counted_by_code_method_and_host() {
+        let r = Registry::new();
+        let observe = rest_client_observer(r.clone(), "https://127.0.0.1:6443/");
+        observe("GET", "200", std::time::Duration::from_millis(3));
+        observe("GET", "200", std::time::Duration::from_millis(5));
+        observe("POST", "<error>", std::time::Duration::from_millis(1));
+        let text = r.render();
+        assert!(
+            text.contains(
+                r#"rest_client_requests_total{code="200",method="GET",host="127.0.0.1:6443"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"rest_client_requests_total{code="<error>",method="POST",host="127.0.0.1:6443"} 1"#), "{text}");
+        assert!(
+            text.contains(
+                r#"rest_client_request_duration_seconds_count{verb="GET",host="127.0.0.1:6443"} 2"#
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_counters_and_histograms() {

@@ -128,7 +128,11 @@ pub async fn run(
     let ready = rkube_daemon::health::Ready::default();
     let sims: logs::Sims = Arc::default();
     let node_pods: stats::NodePods = Arc::default();
-    let client = Client::new(config.client.clone())?;
+    let observer =
+        rkube_daemon::metrics::rest_client_observer(metrics.clone(), &config.client.server);
+    let mut base = config.client.clone();
+    base.observer = Some(observer.clone());
+    let client = Client::new(base)?;
     let recorder = Recorder::new(&client, "kubelet", None, shutdown.clone())
         .with_rate(config.event_qps, config.event_burst);
     // Each node's client: its own identity when given one, else the process's.
@@ -144,6 +148,7 @@ pub async fn run(
                 cfg.burst = config.client.burst;
                 cfg.user_agent = config.client.user_agent.clone();
                 cfg.timeout = config.client.timeout;
+                cfg.observer = Some(observer.clone());
                 Client::new(cfg)?
             }
         };

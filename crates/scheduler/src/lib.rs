@@ -71,7 +71,11 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let served = rkube_daemon::health::spawn(listener, shutdown.clone());
     let (metrics, ready) = (served.metrics.clone(), served.ready.clone());
-    let (client, leader) = (config.client.clone(), config.leader.clone());
+    let (mut client, leader) = (config.client.clone(), config.leader.clone());
+    client.observer = Some(rkube_daemon::metrics::rest_client_observer(
+        metrics.clone(),
+        &client.server,
+    ));
     let result = run_component(
         &client,
         leader,

@@ -289,6 +289,10 @@ async fn prometheus_scrapes_every_component(port: u16) {
         ("count(scheduler_schedule_attempts_total) > 0", ""),
         ("count(workqueue_depth) > 0", ""),
         (
+            "count(rest_client_requests_total{job=\"scheduler\"}) > 0",
+            "",
+        ),
+        (
             "count(etcd_disk_backend_commit_duration_seconds_bucket) > 0",
             "",
         ),
