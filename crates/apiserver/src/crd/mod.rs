@@ -197,6 +197,12 @@ impl Controller {
         for (crd, n) in objects.iter().zip(&naming) {
             let name = meta::name(crd).to_string();
             let ready = served.get(&name).is_some_and(Served::ready);
+            if n.accepted && !ready {
+                // Established is still to be written once the caches are ready: this pass is
+                // not the last (were it counted done, caches turning ready between two passes
+                // would leave the loop settled with Established never written).
+                done = false;
+            }
             let deleting = meta::deletion_timestamp(crd).is_some();
             let terminating = deleting.then_some((
                 "InstanceDeletionInProgress",
