@@ -75,7 +75,8 @@ impl Entry {
 /// match).
 fn resource_version(line: &[u8]) -> Option<u64> {
     const KEY: &[u8] = br#""resourceVersion":""#;
-    let at = line.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    // On every event sent: a SIMD substring search, not a window-by-window compare.
+    let at = memchr::memmem::find(line, KEY)? + KEY.len();
     let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
     std::str::from_utf8(&line[at..at + digits])
         .ok()?
