@@ -19,6 +19,12 @@ if ! command -v prometheus >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
+# Debian's chromium and its WebDriver for the web view's browser test.
+if ! command -v chromedriver >/dev/null 2>&1; then
+  echo "==> installing chromium and chromium-driver from Debian (the web view's browser test)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "==> installing cargo-nextest"
   cargo install cargo-nextest --locked

@@ -5,7 +5,8 @@
 # kubelet-agent (3 by default), each a background process of the `rkube` binary.
 # Secure by default, like a kubeadm cluster (HTTPS, client certificates, Node+RBAC, priority
 # and fairness); --insecure runs the open configuration (plain HTTP, anyone may do anything).
-# Shows the nginx pod Running, then keeps running until Ctrl-C, which stops the cluster
+# Shows the nginx pod Running and serves the web view (`rkube dashboard`, on
+# http://127.0.0.1:8001/ui/ when that port is free), then keeps running until Ctrl-C, which stops the cluster
 # (`rkube cluster start NAME` brings it back; `rkube cluster delete NAME` removes it).
 # A previous cluster of the same name is replaced. RKUBE_BIN uses an rkube binary already built.
 #
@@ -47,10 +48,11 @@ fi
 
 # Ctrl-C reaches this script alone (the cluster's processes are in groups of their own):
 # it stops the cluster and exits 0. Any other way out (a failed step) stops it too, saying so.
-STARTED=0
+STARTED=0 DASHBOARD=
 exists() { "$RKUBE" cluster kubeconfig "$NAME" --path >/dev/null 2>&1; }
 stop() {
   trap - INT TERM HUP EXIT
+  [ -n "$DASHBOARD" ] && kill "$DASHBOARD" 2>/dev/null
   echo
   if [ "$STARTED" = 1 ] && exists; then
     "$RKUBE" cluster stop "$NAME" || true
@@ -63,6 +65,7 @@ stop() {
 failed() {
   local rc=$?
   trap - INT TERM HUP EXIT
+  [ -n "$DASHBOARD" ] && kill "$DASHBOARD" 2>/dev/null
   if [ "$rc" -ne 0 ] && [ "$STARTED" = 1 ] && exists; then
     "$RKUBE" cluster stop "$NAME" --quiet || true
     printf '\033[31merror: up.sh failed (exit %s); cluster %s stopped. Its logs: %s cluster logs %s\033[0m\n' \
@@ -88,9 +91,10 @@ if [ "$EXAMPLE" = 1 ]; then
   kubectl get po -l app=nginx
 fi
 
+"$RKUBE" dashboard "$NAME" &
+DASHBOARD=$!
 cat <<MSG
-
-rkube is up. In another shell:
+rkube is up; the web view's address is printed above. In another shell:
   export KUBECONFIG=$KUBECONFIG
   kubectl get deploy,rs,po,nodes
   $RKUBE cluster logs $NAME [COMPONENT] [-f]

@@ -26,6 +26,7 @@ pub mod request;
 pub mod services;
 pub mod storage;
 pub mod tls;
+pub mod ui;
 pub mod watches;
 
 use std::sync::Arc;

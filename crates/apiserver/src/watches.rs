@@ -2,7 +2,9 @@
 //! user, resource, namespace, selectors — from which resourceVersion it started, the last
 //! one it was sent, and how many events, bookmarks and bytes went out, with its age. The
 //! seed's point — a filtered watcher kept fresh by bookmarks never re-lists — can be read off
-//! it. An entry lives as long as its response stream.
+//! it. An entry lives as long as its response stream. Beside them, per client, what the
+//! table has counted since the apiserver started: LISTs (a re-list shows here), watches
+//! opened, watches refused as expired (410), bookmarks sent.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,13 +36,27 @@ pub struct Entry {
     bookmarks: AtomicU64,
     bytes: AtomicU64,
     rv: AtomicU64,
+    client: Arc<ClientCounts>,
 }
+
+/// One client's counters since the apiserver started.
+#[derive(Default)]
+pub struct ClientCounts {
+    lists: AtomicU64,
+    watches: AtomicU64,
+    expired: AtomicU64,
+    bookmarks: AtomicU64,
+}
+
+/// Distinct client names counted; later ones are counted under `other`.
+const MAX_CLIENTS: usize = 256;
 
 impl Entry {
     /// Counts one sent line (`{"type":…,"object":…}`).
     pub fn sent(&self, line: &[u8]) {
         if line.starts_with(br#"{"type":"BOOKMARK""#) {
             self.bookmarks.fetch_add(1, Ordering::Relaxed);
+            self.client.bookmarks.fetch_add(1, Ordering::Relaxed);
         } else {
             self.events.fetch_add(1, Ordering::Relaxed);
         }
@@ -89,6 +105,7 @@ fn resource_version(line: &[u8]) -> Option<u64> {
 pub struct WatchTable {
     next: AtomicU64,
     open: Mutex<BTreeMap<u64, Arc<Entry>>>,
+    clients: Mutex<BTreeMap<String, Arc<ClientCounts>>>,
 }
 
 /// Removes its entry from the table when dropped (with the response stream).
@@ -104,8 +121,34 @@ impl Drop for Registered {
 }
 
 impl WatchTable {
+    /// The counters of the client named `name` (bounded: see `MAX_CLIENTS`).
+    fn client(&self, name: &str) -> Arc<ClientCounts> {
+        let mut clients = self.clients.lock().unwrap();
+        if let Some(c) = clients.get(name) {
+            return c.clone();
+        }
+        let name = if clients.len() < MAX_CLIENTS {
+            name
+        } else {
+            "other"
+        };
+        clients.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Counts a LIST by `client`.
+    pub fn listed(&self, client: &str) {
+        self.client(client).lists.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a watch of `client` refused as expired (410: it must re-list).
+    pub fn expired(&self, client: &str) {
+        self.client(client).expired.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn open(self: &Arc<Self>, opened: Opened) -> Registered {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let client = self.client(&opened.client);
+        client.watches.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(Entry {
             id,
             opened,
@@ -114,6 +157,7 @@ impl WatchTable {
             bookmarks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             rv: AtomicU64::new(0),
+            client,
         });
         self.open.lock().unwrap().insert(id, entry.clone());
         Registered {
@@ -122,7 +166,7 @@ impl WatchTable {
         }
     }
 
-    /// `{"kind":"WatchList","items":[…]}`, oldest first.
+    /// `{"kind":"WatchList","items":[…],"clients":[…]}`, oldest first, clients by name.
     pub fn to_json(&self) -> Value {
         let items: Vec<Value> = self
             .open
@@ -131,7 +175,22 @@ impl WatchTable {
             .values()
             .map(|e| e.to_json())
             .collect();
-        json!({"kind": "WatchList", "apiVersion": "rkube.io/v1alpha1", "items": items})
+        let clients: Vec<Value> = self
+            .clients
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(name, c)| {
+                json!({
+                    "client": name,
+                    "lists": c.lists.load(Ordering::Relaxed),
+                    "watches": c.watches.load(Ordering::Relaxed),
+                    "expired": c.expired.load(Ordering::Relaxed),
+                    "bookmarks": c.bookmarks.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        json!({"kind": "WatchList", "apiVersion": "rkube.io/v1alpha1", "items": items, "clients": clients})
     }
 }
 
@@ -142,7 +201,9 @@ mod tests {
     #[test]
     fn lines_count_as_events_or_bookmarks_and_advance_the_resource_version() {
         let t = Arc::new(WatchTable::default());
+        t.listed("ctl");
         let w = t.open(Opened {
+            client: "ctl".into(),
             resource: "pods".into(),
             label_selector: "app=x".into(),
             ..Default::default()
@@ -160,7 +221,17 @@ mod tests {
         assert_eq!(item["resourceVersion"], "30");
         assert_eq!(item["labelSelector"], "app=x");
         drop(w);
+        t.expired("ctl");
         assert_eq!(t.to_json()["items"], json!([]));
+        assert_eq!(
+            t.to_json()["clients"],
+            json!([{"client": "ctl", "lists": 1, "watches": 1, "expired": 1, "bookmarks": 1}])
+        );
+        for i in 0..MAX_CLIENTS + 10 {
+            t.listed(&format!("c{i}"));
+        }
+        let clients = t.to_json()["clients"].as_array().unwrap().len();
+        assert_eq!(clients, MAX_CLIENTS + 1, "bounded, the rest under other");
         assert_eq!(
             resource_version(br#"{"annotations":{"a":"\"resourceVersion\":\"5\""}}"#),
             None

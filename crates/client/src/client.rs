@@ -41,6 +41,40 @@ impl<K> Resource for K where
 {
 }
 
+/// An HTTP client for `cfg`'s server: its CA and client certificate for https, its
+/// User-Agent, a 5 s connect timeout and `timeout` overall (`None` for streams). A bearer
+/// token is not in it: requests add `cfg.token` themselves.
+pub fn http_client(
+    cfg: &Config,
+    timeout: Option<std::time::Duration>,
+) -> Result<reqwest::Client, Error> {
+    let mut b = reqwest::Client::builder()
+        .user_agent(cfg.user_agent.clone())
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(64)
+        .connect_timeout(std::time::Duration::from_secs(5));
+    if let Some(t) = timeout {
+        b = b.timeout(t);
+    }
+    if cfg.server.starts_with("https://") {
+        b = b.use_rustls_tls().danger_accept_invalid_certs(cfg.insecure);
+        if let Some(ca) = &cfg.ca_pem {
+            for cert in reqwest::Certificate::from_pem_bundle(ca)
+                .map_err(|e| Error::Config(format!("certificate-authority: {e}")))?
+            {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        if let Some(id) = &cfg.client_identity_pem {
+            b = b.identity(
+                reqwest::Identity::from_pem(id)
+                    .map_err(|e| Error::Config(format!("client certificate: {e}")))?,
+            );
+        }
+    }
+    b.build().map_err(|e| Error::Config(e.to_string()))
+}
+
 /// A cheap-to-clone handle on one apiserver.
 #[derive(Clone)]
 pub struct Client {
@@ -61,33 +95,7 @@ struct Inner {
 
 impl Client {
     pub fn new(cfg: Config) -> Result<Self, Error> {
-        let build = |timeout: Option<std::time::Duration>| {
-            let mut b = reqwest::Client::builder()
-                .user_agent(cfg.user_agent.clone())
-                .tcp_nodelay(true)
-                .pool_max_idle_per_host(64)
-                .connect_timeout(std::time::Duration::from_secs(5));
-            if let Some(t) = timeout {
-                b = b.timeout(t);
-            }
-            if cfg.server.starts_with("https://") {
-                b = b.use_rustls_tls().danger_accept_invalid_certs(cfg.insecure);
-                if let Some(ca) = &cfg.ca_pem {
-                    for cert in reqwest::Certificate::from_pem_bundle(ca)
-                        .map_err(|e| Error::Config(format!("certificate-authority: {e}")))?
-                    {
-                        b = b.add_root_certificate(cert);
-                    }
-                }
-                if let Some(id) = &cfg.client_identity_pem {
-                    b = b.identity(
-                        reqwest::Identity::from_pem(id)
-                            .map_err(|e| Error::Config(format!("client certificate: {e}")))?,
-                    );
-                }
-            }
-            b.build().map_err(|e| Error::Config(e.to_string()))
-        };
+        let build = |timeout| http_client(&cfg, timeout);
         Ok(Client {
             inner: Arc::new(Inner {
                 http: build(Some(cfg.timeout))?,

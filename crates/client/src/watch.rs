@@ -85,25 +85,43 @@ where
     K: DeserializeOwned + Send + 'static,
     S: Stream<Item = Result<bytes::Bytes, Error>> + Send + 'static,
 {
+    split_lines(body).map(|line| line.and_then(|l| decode_event(&l)))
+}
+
+/// A line longer than this ends the stream with an error (an event holds one object, and an
+/// object is at most a few MiB).
+pub const MAX_LINE: usize = 64 << 20;
+
+/// Splits a byte stream into its non-blank lines (without their `\n`).
+pub fn split_lines<S>(body: S) -> impl Stream<Item = Result<bytes::Bytes, Error>> + Send + 'static
+where
+    S: Stream<Item = Result<bytes::Bytes, Error>> + Send + 'static,
+{
     let body = Box::pin(body);
     futures_util::stream::unfold(
         (body, BytesMut::new(), false),
         |(mut body, mut buf, mut done)| async move {
             loop {
                 if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                    let line = buf.split_to(pos);
+                    let line = buf.split_to(pos).freeze();
                     buf.advance(1);
                     if line.iter().all(|b| b.is_ascii_whitespace()) {
                         continue;
                     }
-                    return Some((decode_event(&line), (body, buf, done)));
+                    return Some((Ok(line), (body, buf, done)));
                 }
                 if done {
                     if buf.iter().all(|b| b.is_ascii_whitespace()) {
                         return None;
                     }
-                    let line = buf.split();
-                    return Some((decode_event(&line), (body, buf, done)));
+                    let line = buf.split().freeze();
+                    return Some((Ok(line), (body, buf, done)));
+                }
+                if buf.len() > MAX_LINE {
+                    done = true;
+                    buf.clear();
+                    let e = Error::Decode(format!("a watch line longer than {MAX_LINE} bytes"));
+                    return Some((Err(e), (body, buf, done)));
                 }
                 match body.next().await {
                     Some(Ok(chunk)) => buf.extend_from_slice(&chunk),

@@ -46,6 +46,12 @@ pub fn free_port() -> u16 {
 
 pub use rkube_client::wait::wait_for;
 
+/// `GET url` with `http`, its body as JSON (panics naming the URL if either fails).
+pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    let resp = http.get(url).send().await.expect(url);
+    resp.json().await.unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
 /// An HTTP client trusting `pki`'s CA with the admin's client certificate.
 /// An HTTPS client trusting `pki`'s CA; with `admin`, presenting the admin's certificate.
 pub fn https_client(pki: &Path, admin: bool) -> reqwest::Client {

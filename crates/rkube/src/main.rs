@@ -55,6 +55,8 @@ enum Command {
     Record(rkube::ctl::RecordFlags),
     /// Play a recording into a cluster (owner references re-linked, time compressed).
     Replay(rkube::ctl::ReplayFlags),
+    /// Serve the web view of a cluster on a loopback port, with the admin's credentials.
+    Dashboard(rkube::ctl::dashboard::Flags),
 }
 
 fn main() {
@@ -75,6 +77,7 @@ fn main() {
             Command::Snapshot(c) => cli_runtime(rkube::ctl::snapshot(c)),
             Command::Record(f) => cli_runtime(rkube::ctl::record(f)),
             Command::Replay(f) => cli_runtime(rkube::ctl::replay(f)),
+            Command::Dashboard(f) => cli_runtime(rkube::ctl::dashboard::dashboard(f)),
             command => runtime(|| async move {
                 let shutdown = rkube_daemon::shutdown_token();
                 match command {
@@ -92,7 +95,8 @@ fn main() {
                     | Command::Nodes(_)
                     | Command::Snapshot(_)
                     | Command::Record(_)
-                    | Command::Replay(_) => unreachable!("handled above"),
+                    | Command::Replay(_)
+                    | Command::Dashboard(_) => unreachable!("handled above"),
                 }
             }),
         }

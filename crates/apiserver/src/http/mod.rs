@@ -19,6 +19,7 @@ pub mod subresources;
 pub mod table;
 pub mod update;
 pub mod watch;
+pub mod websocket;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -349,6 +350,13 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
     if let (Some("exec" | "attach" | "portforward"), true) = (s.subresource, named) {
         return streaming::proxy(&s, req).await;
     }
+    if let ("watch", None) = (s.info.verb, s.subresource) {
+        let ws = match websocket::is_request(req.headers()) {
+            true => Some(websocket::upgrade(&mut req.into_parts().0).await?),
+            false => None,
+        };
+        return read::watch(&s, ws).await;
+    }
     let body = req.into_body();
     match (s.info.verb, s.subresource, named) {
         ("get", None | Some("status") | Some("approval") | Some("ephemeralcontainers"), true) => {
@@ -357,7 +365,6 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
         ("get", Some("scale"), true) => subresources::get_scale(&s).await,
         ("get", Some("log"), true) => logs::pod_log(&s).await,
         ("list", None, false) => read::list(&s).await,
-        ("watch", None, _) => read::watch(&s).await,
         ("create", None, false) => create::create(&s, body).await,
         ("create", Some("binding"), true) => subresources::bind(&s, body).await,
         ("create", Some("eviction"), true) => subresources::evict(&s, body).await,
@@ -404,6 +411,11 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
 
 pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
     if req.method() == Method::GET {
+        if let Some(rest) = req.uri().path().strip_prefix("/ui") {
+            if rest.is_empty() || rest.starts_with('/') {
+                return crate::ui::serve(rest);
+            }
+        }
         let path = req.uri().path().trim_end_matches('/');
         let accept = header(req.headers(), "accept");
         if path == "/openapi/v2" {

@@ -33,6 +33,12 @@ pub async fn get(s: &Scope<'_>) -> Result<Response, ApiError> {
 
 pub async fn list(s: &Scope<'_>) -> Result<Response, ApiError> {
     let opts = ListOptions::from_query(s.query, false)?;
+    if s.query.get("continue").is_none() {
+        // A paged list counts once (`/debug/watches`' per-client re-lists).
+        s.state
+            .watches
+            .listed(s.update_manager.as_deref().unwrap_or_default());
+    }
     let res = s.reg.list(s.namespace, &opts).await?;
     match s.printing {
         Some(p) => {
@@ -54,7 +60,12 @@ pub async fn list(s: &Scope<'_>) -> Result<Response, ApiError> {
     }
 }
 
-pub async fn watch(s: &Scope<'_>) -> Result<Response, ApiError> {
+/// A watch, streamed as HTTP chunks or, when `ws` is the request's upgrade, as WebSocket
+/// messages.
+pub async fn watch(
+    s: &Scope<'_>,
+    ws: Option<axum::extract::ws::WebSocketUpgrade>,
+) -> Result<Response, ApiError> {
     let opts = ListOptions::from_query(s.query, true)?;
     let opened = crate::watches::Opened {
         user: s.user.name.clone(),
@@ -80,6 +91,7 @@ pub async fn watch(s: &Scope<'_>) -> Result<Response, ApiError> {
         &opts,
         s.printing,
         opened,
+        ws,
     )
     .await
 }

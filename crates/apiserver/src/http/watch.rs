@@ -1,7 +1,8 @@
 //! Streaming a watch: HTTP 200 with one JSON event per line, flushed as events come; the
 //! stream ends silently at its deadline (`timeoutSeconds`, or a random 30–60 minutes), at
 //! shutdown, or when a slow watcher is dropped. Errors after the request was accepted (an
-//! expired resourceVersion) are sent as a single in-stream ERROR event.
+//! expired resourceVersion) are sent as a single in-stream ERROR event. Over WebSocket
+//! (`websocket`), each line is one message.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +56,13 @@ pub async fn serve(
     opts: &ListOptions,
     printing: Option<super::Printing>,
     opened: crate::watches::Opened,
+    ws: Option<axum::extract::ws::WebSocketUpgrade>,
 ) -> Result<Response, ApiError> {
+    let respond =
+        |lines: futures_util::stream::BoxStream<'static, Result<Bytes, std::io::Error>>| match ws {
+            Some(ws) => super::websocket::send_lines(ws, lines),
+            None => streaming(Body::from_stream(lines)),
+        };
     let timeout = match opts.timeout_seconds {
         // Clamped to a day so the deadline arithmetic cannot overflow.
         Some(s) if s > 0 => Duration::from_secs((s as u64).min(86_400)),
@@ -67,8 +74,11 @@ pub async fn serve(
         Err(e)
             if e.code() == 410 || (e.code() == 504 && opts.send_initial_events == Some(true)) =>
         {
+            state.watches.expired(&opened.client);
             let line = error_line(e.status());
-            return Ok(streaming(Body::from(line)));
+            return Ok(respond(
+                futures_util::stream::once(async move { Ok(line) }).boxed(),
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -117,14 +127,13 @@ pub async fn serve(
             registered.entry.sent(l);
         }
     });
-    match printing {
-        None => Ok(streaming(Body::from_stream(body))),
-        Some(p) => {
-            let printed =
-                body.map(move |line| line.map(|l| print_event(&*strategy, &l, p.include_object)));
-            Ok(streaming(Body::from_stream(printed)))
-        }
-    }
+    Ok(match printing {
+        None => respond(body.boxed()),
+        Some(p) => respond(
+            body.map(move |line| line.map(|l| print_event(&*strategy, &l, p.include_object)))
+                .boxed(),
+        ),
+    })
 }
 
 /// A watch event with its object replaced by a one-row Table (`kubectl get -w`); bookmarks and

@@ -464,7 +464,75 @@ async fn open_watches_are_listed(c: &Cluster) {
     }
 }
 
+/// A watch over WebSocket, as a browser opens one: the same chain and options, one event per
+/// text message (bookmarks too); another site's page (a foreign `Origin`) is refused.
+async fn watch_over_websocket(c: &Cluster) {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let host = c.base.trim_start_matches("http://").to_string();
+    let first = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ws-start"}});
+    let (_, start) = c
+        .post("/api/v1/namespaces/default/configmaps", &first)
+        .await;
+    let from = rv_of(&start);
+    let url = format!(
+        "ws://{host}/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=5"
+    );
+    let tcp = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(url.as_str(), tcp)
+        .await
+        .expect("the upgrade is answered");
+    assert_eq!(resp.status(), 101);
+    let next = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ws-next"}});
+    c.post("/api/v1/namespaces/default/configmaps", &next).await;
+    // A write elsewhere moves the resourceVersion the bookmark before the deadline carries.
+    let other = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ws-moves-rv"}});
+    c.post("/api/v1/namespaces/default/secrets", &other).await;
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + T;
+    while seen
+        .iter()
+        .all(|e: &serde_json::Value| e["type"] != "BOOKMARK")
+    {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("messages in time")
+            .expect("the stream is open")
+            .unwrap();
+        let Message::Text(text) = msg else {
+            panic!("a text message: {msg:?}")
+        };
+        seen.push(serde_json::from_str(text.as_str()).expect("one event per message"));
+    }
+    assert_eq!(seen[0]["type"], "ADDED", "{seen:?}");
+    assert_eq!(seen[0]["object"]["metadata"]["name"], "ws-next");
+    // The stream ends at its timeout with a close.
+    let end = tokio::time::timeout(T, async {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_close() {
+                return true;
+            }
+        }
+        true
+    })
+    .await;
+    assert_eq!(end, Ok(true), "the watch closes at timeoutSeconds");
+
+    let mut req = url.as_str().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    let tcp = tokio::net::TcpStream::connect(&host).await.unwrap();
+    match tokio_tungstenite::client_async(req, tcp).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 403),
+        other => panic!(
+            "a cross-site upgrade is refused: {:?}",
+            other.map(|(_, r)| r)
+        ),
+    }
+}
+
 cases! {
+    watch_over_websocket, watch_over_websocket_rkube, watch_over_websocket_etcd;
     open_watches_are_listed, open_watches_are_listed_rkube, open_watches_are_listed_etcd;
     events_can_be_watched, events_can_be_watched_rkube, events_can_be_watched_etcd;
     guards_against_hostile_input, guards_against_hostile_input_rkube, guards_against_hostile_input_etcd;

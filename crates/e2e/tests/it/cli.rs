@@ -1,7 +1,8 @@
 //! The cluster CLI as a user drives it: `rkube cluster create|list|kubeconfig|logs|stop|
 //! start|delete`, `rkube nodes scale`, `rkube snapshot save|restore`, each a real process
 //! with its own `RKUBE_HOME`, checked with kubectl; bad input exits non-zero naming the fix;
-//! `scripts/up.sh` stops the cluster and exits 0 on Ctrl-C.
+//! `scripts/up.sh` stops the cluster and exits 0 on Ctrl-C; `rkube dashboard` serves a secure
+//! cluster's web view and API with the admin's credentials to loopback pages only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -526,4 +527,129 @@ async fn a_recording_replays_into_another_cluster_with_owners_relinked() {
     )
     .await;
     ok(home, &["cluster", "delete", "src", "dst", "-q"]);
+}
+
+/// `rkube dashboard` in front of a secure cluster: the web view's files, the API with the
+/// admin's credentials (a browser has no client certificate), watches over WebSocket; another
+/// site's requests and host names refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_serves_a_secure_cluster_to_loopback_pages_only() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let (t, _cleanup) = scratch_home();
+    let home = t.path();
+    ok(
+        home,
+        &[
+            "cluster", "create", "d1", "--nodes", "1", "--port", "0", "-q",
+        ],
+    );
+    assert!(fails(home, &["dashboard", "nope"]).contains("no cluster named \"nope\""));
+    let port = rkube_e2e::free_port();
+    let mut dash = tokio::process::Command::new(bin("rkube"))
+        .args(["dashboard", "d1", "--port", &port.to_string()])
+        .env("RKUBE_HOME", home)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(dash.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), out.next_line())
+        .await
+        .expect("the dashboard says where it is")
+        .unwrap()
+        .unwrap_or_default();
+    let base = format!("http://127.0.0.1:{port}");
+    assert!(first.contains(&format!("{base}/ui/")), "{first}");
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = http.get(format!("{base}/ui/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .contains("<script src=\"app.js\""));
+    let root = http.get(&base).send().await.unwrap();
+    assert_eq!(root.headers()["location"], "/ui/");
+    // The API, as the admin.
+    let nodes = rkube_e2e::get_json(&http, &format!("{base}/api/v1/nodes")).await;
+    assert_eq!(nodes["items"].as_array().map(Vec::len), Some(1), "{nodes}");
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "via-dashboard"}});
+    let post = |origin: String, host: Option<&'static str>| {
+        let mut rb = http
+            .post(format!("{base}/api/v1/namespaces/default/configmaps"))
+            .header("origin", origin)
+            .json(&cm);
+        if let Some(h) = host {
+            rb = rb.header("host", h);
+        }
+        rb.send()
+    };
+    let own = format!("http://127.0.0.1:{port}");
+    let created = post(own.clone(), None).await.unwrap();
+    assert_eq!(created.status(), 201);
+    let created: serde_json::Value = created.json().await.unwrap();
+    let evil = post("http://evil.example".into(), None).await.unwrap();
+    assert_eq!(evil.status(), 403, "another site's page is refused");
+    let rebound = post(own, Some("evil.example")).await.unwrap();
+    assert_eq!(rebound.status(), 403, "a rebound host name is refused");
+
+    // A watch over WebSocket from the created object's resourceVersion.
+    let rv = created["metadata"]["resourceVersion"].as_str().unwrap();
+    let url = format!(
+        "ws://127.0.0.1:{port}/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"
+    );
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+        .await
+        .unwrap();
+    let kc = PathBuf::from(ok(home, &["cluster", "kubeconfig", "d1", "--path"]).trim());
+    kubectl_ok(&kc, &["create", "configmap", "after-watch"]);
+    let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("the event in time")
+        .unwrap()
+        .unwrap();
+    let Message::Text(text) = msg else {
+        panic!("{msg:?}")
+    };
+    let ev: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["metadata"]["name"], "after-watch");
+    // An upstream refusal arrives as one ERROR event holding its Status.
+    let bad = format!("ws://127.0.0.1:{port}/api/v1/configmaps?watch=1&labelSelector=a%20in");
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(bad.as_str(), tcp)
+        .await
+        .unwrap();
+    let msg = ws.next().await.unwrap().unwrap();
+    let ev: serde_json::Value = serde_json::from_str(msg.to_text().unwrap()).unwrap();
+    assert_eq!(
+        (ev["type"].as_str(), ev["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(400)),
+        "{ev}"
+    );
+    // A cross-site WebSocket is refused at the handshake.
+    let mut req = url.as_str().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    match tokio_tungstenite::client_async(req, tcp).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 403),
+        other => panic!(
+            "a cross-site upgrade is refused: {:?}",
+            other.map(|(_, r)| r)
+        ),
+    }
+    dash.kill().await.unwrap();
 }

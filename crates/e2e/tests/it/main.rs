@@ -10,4 +10,5 @@ mod kubectl;
 mod onebinary;
 mod resilience;
 mod streaming;
+mod ui;
 mod workloads;

@@ -5,6 +5,7 @@
 //! `rkube kubelet-agent` per node; or etcd) with its state under [`home::root`]; the
 //! commands find them again from there.
 
+pub mod dashboard;
 pub mod home;
 pub mod lifecycle;
 pub mod logs;
