@@ -413,7 +413,8 @@ pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
     if req.method() == Method::GET {
         if let Some(rest) = req.uri().path().strip_prefix("/ui") {
             if rest.is_empty() || rest.starts_with('/') {
-                return crate::ui::serve(rest);
+                return crate::ui::serve(rest)
+                    .unwrap_or_else(|| error_response(&request::not_found_path()));
             }
         }
         let path = req.uri().path().trim_end_matches('/');

@@ -24,13 +24,15 @@ const FILES: [(&str, &str, &str); 3] = [
 const CSP: &str =
     "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'";
 
-/// The file at `rest` (what follows `/ui`): `/ui` redirects to `/ui/`.
-pub fn serve(rest: &str) -> Response {
+/// The file at `rest` (what follows `/ui`): `/ui` redirects to `/ui/`; `None` for a file
+/// that is not one of them (the caller's 404).
+pub fn serve(rest: &str) -> Option<Response> {
     let Some(name) = rest.strip_prefix('/') else {
-        return Redirect::permanent("/ui/").into_response();
+        return Some(Redirect::permanent("/ui/").into_response());
     };
-    match FILES.iter().find(|(n, _, _)| *n == name) {
-        Some((_, content_type, body)) => (
+    let (_, content_type, body) = FILES.iter().find(|(n, _, _)| *n == name)?;
+    Some(
+        (
             StatusCode::OK,
             [
                 ("content-type", *content_type),
@@ -41,8 +43,7 @@ pub fn serve(rest: &str) -> Response {
             *body,
         )
             .into_response(),
-        None => crate::http::error_response(&crate::request::not_found_path()),
-    }
+    )
 }
 
 #[cfg(test)]
@@ -51,8 +52,8 @@ mod tests {
 
     #[test]
     fn files_are_served_with_their_types_and_the_rest_is_404() {
-        assert_eq!(serve("/").status(), StatusCode::OK);
-        let js = serve("/app.js");
+        assert_eq!(serve("/").unwrap().status(), StatusCode::OK);
+        let js = serve("/app.js").unwrap();
         assert_eq!(
             js.headers()["content-type"],
             "text/javascript; charset=utf-8"
@@ -61,8 +62,8 @@ mod tests {
             .to_str()
             .unwrap()
             .starts_with("default-src 'self'"));
-        assert_eq!(serve("").status(), StatusCode::PERMANENT_REDIRECT);
-        assert_eq!(serve("/../Cargo.toml").status(), StatusCode::NOT_FOUND);
-        assert_eq!(serve("/app.jsx").status(), StatusCode::NOT_FOUND);
+        assert_eq!(serve("").unwrap().status(), StatusCode::PERMANENT_REDIRECT);
+        assert!(serve("/../Cargo.toml").is_none());
+        assert!(serve("/app.jsx").is_none());
     }
 }

@@ -108,7 +108,8 @@ async fn handle(State(up): State<Arc<Upstream>>, req: Request) -> Response {
     }
     if let Some(rest) = path.strip_prefix("/ui") {
         if rest.is_empty() || rest.starts_with('/') {
-            return rkube_apiserver::ui::serve(rest);
+            return rkube_apiserver::ui::serve(rest)
+                .unwrap_or_else(|| error_response(&rkube_apiserver::request::not_found_path()));
         }
     }
     let target = format!(
