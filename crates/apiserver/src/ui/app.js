@@ -60,20 +60,30 @@ class Informer {
     this.onChange(this);
   }
 
+  // Lists when it must, watches, and again; a failure or a connection that closed before
+  // anything came waits, twice as long each time up to 30 s (no reconnect storm).
   async run() {
+    let backoff = 500;
+    const pause = async () => {
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 30000);
+    };
     while (!this.stopped) {
       try {
         if (this.mustList) await this.list();
-        await this.watch();
+        if (await this.watch()) backoff = 500; else await pause();
       } catch (e) {
         this.error = String(e.message || e);
-        await new Promise((r) => setTimeout(r, 1000));
+        await pause();
       }
     }
   }
 
-  // One watch connection; resolves when it closes.
+  // One watch connection; resolves when it closes: true if anything came through it or it
+  // stayed open 5 s (a quiet watch is not a failing one).
   watch() {
+    let received = false;
+    const opened = Date.now();
     const q = new URLSearchParams({ watch: '1', resourceVersion: this.rv });
     if (this.bookmarks) q.set('allowWatchBookmarks', 'true');
     if (this.selector) q.set('labelSelector', this.selector);
@@ -81,12 +91,12 @@ class Informer {
       const ws = new WebSocket(`${wsBase}${this.path}?${q}`);
       this.ws = ws;
       ws.onopen = () => { this.connected = true; this.error = ''; this.onChange(this); };
-      ws.onmessage = (m) => this.handle(JSON.parse(m.data));
+      ws.onmessage = (m) => { received = true; this.handle(JSON.parse(m.data)); };
       ws.onclose = () => {
         this.connected = false;
         if (!this.stopped) this.stats.drops += 1;
         this.onChange(this);
-        resolve();
+        resolve(received || Date.now() - opened >= 5000);
       };
     });
   }
