@@ -167,7 +167,7 @@ function podReady(p) {
 
 function podBox(p) {
   const state = podState(p);
-  const restarts = (p.status?.containerStatuses || []).reduce((n, c) => n + (c.restartCount || 0), 0);
+  const restarts = (p.status?.containerStatuses || []).reduce((n, c) => n + (Number(c.restartCount) || 0), 0);
   const title = `${key(p)}\n${state}${podReady(p) ? ', ready' : ''}${restarts ? `, ${restarts} restarts` : ''}`;
   return `<div class="pod ${esc(state)}${podReady(p) ? ' ready' : ''}" data-pod="${esc(key(p))}" `
     + `data-phase="${esc(state)}" data-ready="${podReady(p)}" title="${esc(title)}">`
@@ -246,7 +246,7 @@ function renderEvents() {
     .sort((a, b) => when(b).localeCompare(when(a)) || rv(b) - rv(a)).slice(0, 40);
   $('events').innerHTML = events.map((e) => `<li class="${esc(e.type)}"><time>${esc(when(e).slice(11, 19))}</time> `
     + `<b>${esc(e.reason)}</b> <span class="obj">${esc(e.involvedObject?.kind)}/${esc(e.involvedObject?.name)}</span> `
-    + `${esc(e.message)}${e.count > 1 ? ` <small>×${e.count}</small>` : ''}</li>`).join('')
+    + `${esc(e.message)}${e.count > 1 ? ` <small>×${esc(e.count)}</small>` : ''}</li>`).join('')
     || '<li class="muted">no events</li>';
 }
 
