@@ -90,7 +90,7 @@ where
 
 /// A line longer than this ends the stream with an error (an event holds one object, and an
 /// object is at most a few MiB).
-pub const MAX_LINE: usize = 64 << 20;
+pub const MAX_LINE: usize = 16 << 20;
 
 /// Splits a byte stream into its non-blank lines (without their `\n`).
 pub fn split_lines<S>(body: S) -> impl Stream<Item = Result<bytes::Bytes, Error>> + Send + 'static
@@ -98,37 +98,42 @@ where
     S: Stream<Item = Result<bytes::Bytes, Error>> + Send + 'static,
 {
     let body = Box::pin(body);
+    // `scanned`: how much of `buf` is known to hold no newline (each byte is looked at once).
     futures_util::stream::unfold(
-        (body, BytesMut::new(), false),
-        |(mut body, mut buf, mut done)| async move {
+        (body, BytesMut::new(), false, 0usize),
+        |(mut body, mut buf, mut done, mut scanned)| async move {
             loop {
-                if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                    let line = buf.split_to(pos).freeze();
+                if let Some(at) = memchr::memchr(b'\n', &buf[scanned..]) {
+                    let line = buf.split_to(scanned + at).freeze();
                     buf.advance(1);
+                    scanned = 0;
                     if line.iter().all(|b| b.is_ascii_whitespace()) {
                         continue;
                     }
-                    return Some((Ok(line), (body, buf, done)));
+                    return Some((Ok(line), (body, buf, done, scanned)));
                 }
                 if done {
                     if buf.iter().all(|b| b.is_ascii_whitespace()) {
                         return None;
                     }
                     let line = buf.split().freeze();
-                    return Some((Ok(line), (body, buf, done)));
+                    return Some((Ok(line), (body, buf, done, scanned)));
                 }
                 if buf.len() > MAX_LINE {
                     done = true;
                     buf.clear();
+                    scanned = 0;
                     let e = Error::Decode(format!("a watch line longer than {MAX_LINE} bytes"));
-                    return Some((Err(e), (body, buf, done)));
+                    return Some((Err(e), (body, buf, done, scanned)));
                 }
+                scanned = buf.len();
                 match body.next().await {
                     Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
                     Some(Err(e)) => {
                         done = true;
                         buf.clear();
-                        return Some((Err(e), (body, buf, done)));
+                        scanned = 0;
+                        return Some((Err(e), (body, buf, done, scanned)));
                     }
                     None => done = true,
                 }

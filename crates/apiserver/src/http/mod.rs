@@ -411,11 +411,8 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
 
 pub async fn fallback(State(state): State<ApiState>, req: Request) -> Response {
     if req.method() == Method::GET {
-        if let Some(rest) = req.uri().path().strip_prefix("/ui") {
-            if rest.is_empty() || rest.starts_with('/') {
-                return crate::ui::serve(rest)
-                    .unwrap_or_else(|| error_response(&request::not_found_path()));
-            }
+        if let Some(r) = crate::ui::route(req.uri().path()) {
+            return r.unwrap_or_else(|e| error_response(&e));
         }
         let path = req.uri().path().trim_end_matches('/');
         let accept = header(req.headers(), "accept");

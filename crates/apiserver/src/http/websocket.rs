@@ -8,6 +8,7 @@
 //! server is refused: another site's page must not read watches with what the browser holds.
 
 use std::pin::pin;
+use std::time::Duration;
 
 use axum::extract::ws::{Message, Utf8Bytes, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
@@ -54,15 +55,26 @@ pub async fn upgrade(parts: &mut Parts) -> Result<WebSocketUpgrade, ApiError> {
         .map(String::from);
     let ws = WebSocketUpgrade::from_request_parts(parts, &())
         .await
-        .map_err(|r| ApiError::bad_request(format!("websocket upgrade: {r}")))?;
+        .map_err(|r| ApiError::bad_request(format!("websocket upgrade: {r}")))?
+        // What the client sends is ignored: nothing large is buffered for it.
+        .max_message_size(MAX_RECEIVED)
+        .max_frame_size(MAX_RECEIVED);
     Ok(match offered {
         Some(p) => ws.protocols([p]),
         None => ws,
     })
 }
 
+/// The largest message or frame read from a client (close frames and pings are small).
+const MAX_RECEIVED: usize = 4096;
+
+/// A message the client has not taken in this long ends the connection (a frozen tab, a
+/// vanished peer): nothing waits on a send for ever.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Answers the upgrade, then sends each line of `lines` as a text message until the lines end
-/// (the watch's deadline, shutdown, a dropped slow watcher) or the client goes away.
+/// (the watch's deadline, shutdown, a dropped slow watcher), the client goes away, or a send
+/// takes longer than `SEND_TIMEOUT`.
 pub fn send_lines<S>(ws: WebSocketUpgrade, lines: S) -> Response
 where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
@@ -74,7 +86,8 @@ where
                 line = lines.next() => {
                     let Some(Ok(line)) = line else { break };
                     let Ok(text) = Utf8Bytes::try_from(line) else { break };
-                    if socket.send(Message::Text(text)).await.is_err() {
+                    let sent = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(text))).await;
+                    if !matches!(sent, Ok(Ok(()))) {
                         return;
                     }
                 }
@@ -84,6 +97,6 @@ where
                 },
             }
         }
-        let _ = socket.send(Message::Close(None)).await;
+        let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(None))).await;
     })
 }

@@ -4,11 +4,12 @@
 // The watches and request-chain panels read /debug/watches and /metrics every 2 s.
 'use strict';
 
-// Anything that goes wrong is kept where a test (and a curious user) can read it.
+// Kept where a test (and a curious user) can read them; the first 100 only.
 const problems = [];
 window.rkubeProblems = problems;
-window.addEventListener('error', (e) => problems.push(String(e.message)));
-window.addEventListener('unhandledrejection', (e) => problems.push(String(e.reason)));
+const problem = (p) => { if (problems.length < 100) problems.push(String(p)); };
+window.addEventListener('error', (e) => problem(e.message));
+window.addEventListener('unhandledrejection', (e) => problem(e.reason));
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({
@@ -60,12 +61,13 @@ class Informer {
     this.onChange(this);
   }
 
-  // Lists when it must, watches, and again; a failure or a connection that closed before
-  // anything came waits, twice as long each time up to 30 s (no reconnect storm).
+  // Lists when it must, watches, and again; a failure, an ERROR, or a connection that closed
+  // before any progress waits, twice as long each time up to 30 s, with jitter (no reconnect
+  // storm, and informers do not reconnect in lockstep).
   async run() {
     let backoff = 500;
     const pause = async () => {
-      await new Promise((r) => setTimeout(r, backoff));
+      await new Promise((r) => setTimeout(r, backoff * (0.5 + Math.random())));
       backoff = Math.min(backoff * 2, 30000);
     };
     while (!this.stopped) {
@@ -79,24 +81,30 @@ class Informer {
     }
   }
 
-  // One watch connection; resolves when it closes: true if anything came through it or it
-  // stayed open 5 s (a quiet watch is not a failing one).
+  // One watch connection; resolves when it closes: true if it made progress (an event or a
+  // bookmark, and no ERROR) or stayed open 5 s (a quiet watch is not a failing one).
   watch() {
-    let received = false;
+    let progress = false;
+    let failed = false;
     const opened = Date.now();
     const q = new URLSearchParams({ watch: '1', resourceVersion: this.rv });
     if (this.bookmarks) q.set('allowWatchBookmarks', 'true');
     if (this.selector) q.set('labelSelector', this.selector);
     return new Promise((resolve) => {
+      if (this.stopped) { resolve(true); return; }
       const ws = new WebSocket(`${wsBase}${this.path}?${q}`);
       this.ws = ws;
       ws.onopen = () => { this.connected = true; this.error = ''; this.onChange(this); };
-      ws.onmessage = (m) => { received = true; this.handle(JSON.parse(m.data)); };
+      ws.onmessage = (m) => {
+        const ev = JSON.parse(m.data);
+        if (ev.type === 'ERROR') failed = true; else progress = true;
+        this.handle(ev);
+      };
       ws.onclose = () => {
         this.connected = false;
         if (!this.stopped) this.stats.drops += 1;
         this.onChange(this);
-        resolve(received || Date.now() - opened >= 5000);
+        resolve(!failed && (progress || Date.now() - opened >= 5000));
       };
     });
   }
@@ -287,7 +295,8 @@ async function refreshWatches() {
     const fresh = w.events === 0 && w.bookmarks > 0;
     const sel = [w.labelSelector, w.fieldSelector].filter(Boolean).join(' ');
     return `<tr class="${fresh ? 'fresh' : ''}" data-watch="${w.id}" data-selector="${esc(sel)}" `
-      + `data-rv="${esc(w.resourceVersion)}" data-events="${w.events}" data-bookmarks="${w.bookmarks}">`
+      + `data-rv="${esc(w.resourceVersion)}" data-start="${esc(w.startResourceVersion)}" `
+      + `data-events="${Number(w.events)}" data-bookmarks="${Number(w.bookmarks)}">`
       + `<td>${esc(clientName(w.client))}</td><td>${esc(w.user)}</td><td>${esc(w.resource)}</td><td>${esc(w.namespace)}</td>`
       + `<td>${esc(sel)}</td><td class="num">${esc(w.startResourceVersion)}</td><td class="num">${w.resourceVersion === '0' ? '—' : esc(w.resourceVersion)}</td>`
       + `<td class="num">${w.events}</td><td class="num">${w.bookmarks}</td><td class="num">${bytes(w.bytes)}</td>`
@@ -302,10 +311,16 @@ async function refreshWatches() {
 
 // ---- the bookmark demo ---------------------------------------------------------------
 
-const demo = { informers: [], timers: [], writes: 0 };
+const demo = { informers: [], timers: [], writes: 0, starting: false, writing: false };
 const DEMO_NS = '/api/v1/namespaces/rkube-demo/configmaps';
 
 async function startDemo() {
+  if (demo.starting || demo.informers.length) return;
+  demo.starting = true;
+  try { await openDemo(); } finally { demo.starting = false; }
+}
+
+async function openDemo() {
   const created = await api('/api/v1/namespaces', {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'rkube-demo' } }),
@@ -320,12 +335,16 @@ async function startDemo() {
     new Informer('demo: without bookmarks', DEMO_NS, { selector: 'rkube.io/demo=quiet', bookmarks: false, onChange: changed }),
   ];
   demo.informers.forEach((i) => i.run());
+  // One write at a time: a tick that finds the last one unanswered skips.
   demo.timers.push(setInterval(() => {
+    if (demo.writing) return;
+    demo.writing = true;
     demo.writes += 1;
     api(`${DEMO_NS}/churn`, {
       method: 'PATCH', headers: { 'content-type': 'application/merge-patch+json' },
       body: JSON.stringify({ data: { n: String(demo.writes) } }),
-    });
+    }).then((r) => { if (!r.ok) problem(`demo write: ${r.status}`); })
+      .catch(problem).finally(() => { demo.writing = false; });
   }, 100));
   demo.timers.push(setInterval(() => demo.informers.forEach((i) => i.drop()), 10000));
   document.body.dataset.demo = 'running';
@@ -350,7 +369,7 @@ function renderDemo() {
 }
 
 $('demo-toggle').addEventListener('click', () => {
-  if (demo.informers.length) stopDemo(); else startDemo().catch((e) => problems.push(String(e)));
+  if (demo.informers.length) stopDemo(); else startDemo().catch(problem);
   changed();
 });
 
@@ -442,7 +461,7 @@ async function refreshMetrics() {
 }
 
 function every(ms_, f) {
-  const tick = () => f().catch((e) => problems.push(String(e))).finally(() => setTimeout(tick, ms_));
+  const tick = () => f().catch(problem).finally(() => setTimeout(tick, ms_));
   tick();
 }
 

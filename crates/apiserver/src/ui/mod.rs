@@ -5,6 +5,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
+use rkube_api::ApiError;
 
 const FILES: [(&str, &str, &str); 3] = [
     ("", "text/html; charset=utf-8", include_str!("index.html")),
@@ -20,13 +21,27 @@ const FILES: [(&str, &str, &str); 3] = [
     ),
 ];
 
-/// The page's only sources: this origin, and WebSocket back to it.
-const CSP: &str =
-    "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'";
+/// The page's only sources: this origin (`'self'` covers WebSocket back to it).
+const CSP: &str = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
+
+/// What `path` is under `/ui`: `None` when it is not a web view path at all; a 404 for a
+/// file the view does not have.
+pub fn route(path: &str) -> Option<Result<Response, ApiError>> {
+    let rest = path.strip_prefix("/ui")?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    Some(serve(rest).ok_or_else(|| {
+        ApiError::not_found(
+            &rkube_api::GroupResource::new("", ""),
+            rest.trim_start_matches('/'),
+        )
+    }))
+}
 
 /// The file at `rest` (what follows `/ui`): `/ui` redirects to `/ui/`; `None` for a file
 /// that is not one of them (the caller's 404).
-pub fn serve(rest: &str) -> Option<Response> {
+fn serve(rest: &str) -> Option<Response> {
     let Some(name) = rest.strip_prefix('/') else {
         return Some(Redirect::permanent("/ui/").into_response());
     };
@@ -65,5 +80,8 @@ mod tests {
         assert_eq!(serve("").unwrap().status(), StatusCode::PERMANENT_REDIRECT);
         assert!(serve("/../Cargo.toml").is_none());
         assert!(serve("/app.jsx").is_none());
+        assert!(route("/uix").is_none() && route("/api").is_none());
+        assert_eq!(route("/ui/nope").unwrap().unwrap_err().code(), 404);
+        assert_eq!(route("/ui/").unwrap().unwrap().status(), StatusCode::OK);
     }
 }

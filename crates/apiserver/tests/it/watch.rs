@@ -513,7 +513,7 @@ async fn watch_over_websocket(c: &Cluster) {
                 return true;
             }
         }
-        true
+        false
     })
     .await;
     assert_eq!(end, Ok(true), "the watch closes at timeoutSeconds");

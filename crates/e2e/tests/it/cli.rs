@@ -630,7 +630,11 @@ async fn the_dashboard_serves_a_secure_cluster_to_loopback_pages_only() {
     let (mut ws, _) = tokio_tungstenite::client_async(bad.as_str(), tcp)
         .await
         .unwrap();
-    let msg = ws.next().await.unwrap().unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("the refusal in time")
+        .unwrap()
+        .unwrap();
     let ev: serde_json::Value = serde_json::from_str(msg.to_text().unwrap()).unwrap();
     assert_eq!(
         (ev["type"].as_str(), ev["object"]["code"].as_u64()),

@@ -157,8 +157,8 @@ impl Browser {
             .session_post("/se/log", json!({"type": "browser"}))
             .await;
         v.as_array()
-            .into_iter()
-            .flatten()
+            .unwrap_or_else(|| panic!("chromedriver's browser log: {v}"))
+            .iter()
             .filter(|e| e["level"] == "SEVERE")
             .map(|e| e["message"].as_str().unwrap_or_default().to_string())
             .collect()
@@ -240,26 +240,18 @@ async fn the_web_view_shows_pods_turn_running_and_bookmarks_keep_a_filtered_watc
     browser
         .eval("document.getElementById('demo-toggle').click(); return true")
         .await;
-    let first = browser
-        .wait_until(
-            "the demo's bookmarked watch listed with a bookmark",
-            "const r = [...document.querySelectorAll('#watch-table tr[data-selector=\"rkube.io/demo=quiet\"]')]\
-             .find(r => Number(r.dataset.bookmarks) > 0);\
-             return r ? [r.dataset.watch, r.dataset.rv] : null",
-        )
-        .await;
-    let (id, rv) = (first[0].as_str().unwrap(), first[1].as_str().unwrap());
-    let rv: u64 = rv.parse().unwrap();
+    // One watch (one row, whose connection the demo drops every 10 s) whose resourceVersion
+    // moved past the one it started from with bookmarks and no event.
     let advanced = browser
         .wait_until(
-            "the same watch's resourceVersion advanced by bookmarks alone",
-            &format!(
-                "const r = document.querySelector('#watch-table tr[data-watch=\"{id}\"]');\
-                 return r && Number(r.dataset.rv) > {rv} && r.dataset.events === '0' ? r.dataset.rv : null"
-            ),
+            "a demo watch's resourceVersion advanced by bookmarks alone",
+            "const r = [...document.querySelectorAll('#watch-table tr[data-selector=\"rkube.io/demo=quiet\"]')]\
+             .find(r => r.dataset.events === '0' && Number(r.dataset.bookmarks) > 0\
+                        && Number(r.dataset.rv) > Number(r.dataset.start));\
+             return r ? [r.dataset.watch, r.dataset.start, r.dataset.rv] : null",
         )
         .await;
-    eprintln!("watch {id}: resourceVersion {rv} → {advanced} on bookmarks, no events");
+    eprintln!("watch {advanced}: from, to resourceVersion on bookmarks, no events");
     browser
         .wait_until(
             "the watch without bookmarks to re-list after a 410",

@@ -31,6 +31,9 @@ pub struct Flags {
     pub port: Option<u16>,
 }
 
+/// How long the apiserver may take to answer a request's headers (streams then run on).
+const HEADERS_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `kubectl proxy`'s port, when free.
 const DEFAULT_PORT: u16 = 8001;
 
@@ -71,11 +74,18 @@ pub async fn dashboard(f: Flags) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .fallback(handle)
         .with_state(Arc::new(upstream));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
+    // Ctrl-C: requests in flight get a moment; streams (watches, followed logs) do not hold
+    // the exit up.
+    let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    });
+    tokio::select! {
+        r = serve => r?,
+        _ = async {
             let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        } => {}
+    }
     Ok(())
 }
 
@@ -90,8 +100,17 @@ fn loopback_host(headers: &HeaderMap) -> Option<&str> {
     matches!(name, "127.0.0.1" | "localhost" | "[::1]").then_some(host)
 }
 
-/// Refuses what another site's page could send: a foreign `Host` or `Origin`.
+/// Refuses what another site's page could send: a foreign `Host` or `Origin`, or what the
+/// browser says came from another site (`Sec-Fetch-Site`: an image or script tag, a link).
 fn check_site(headers: &HeaderMap) -> Result<(), ApiError> {
+    if matches!(
+        headers.get("sec-fetch-site").map(|v| v.as_bytes()),
+        Some(b"cross-site" | b"same-site")
+    ) {
+        return Err(ApiError::forbidden_path(
+            "a request from another site is refused".into(),
+        ));
+    }
     loopback_host(headers).ok_or_else(|| {
         ApiError::forbidden_path("the dashboard serves loopback host names only".into())
     })?;
@@ -106,18 +125,25 @@ async fn handle(State(up): State<Arc<Upstream>>, req: Request) -> Response {
     if path == "/" {
         return axum::response::Redirect::temporary("/ui/").into_response();
     }
-    if let Some(rest) = path.strip_prefix("/ui") {
-        if rest.is_empty() || rest.starts_with('/') {
-            return rkube_apiserver::ui::serve(rest)
-                .unwrap_or_else(|| error_response(&rkube_apiserver::request::not_found_path()));
-        }
+    if let Some(r) = rkube_apiserver::ui::route(path) {
+        return r.unwrap_or_else(|e| error_response(&e));
     }
     let target = format!(
         "{}{}",
         up.server,
         req.uri().path_and_query().map_or("/", |pq| pq.as_str())
     );
+    let query = req.uri().query().unwrap_or("");
+    let watching = query
+        .split('&')
+        .any(|kv| matches!(kv.to_ascii_lowercase().as_str(), "watch=1" | "watch=true"))
+        || path.contains("/watch/");
     if websocket::is_request(req.headers()) {
+        if !watching {
+            return error_response(&ApiError::bad_request(
+                "the dashboard upgrades watches only (watch=1)",
+            ));
+        }
         let (mut parts, _) = req.into_parts();
         let agent = parts.headers.get("user-agent").cloned();
         return match websocket::upgrade(&mut parts).await {
@@ -125,7 +151,8 @@ async fn handle(State(up): State<Arc<Upstream>>, req: Request) -> Response {
             Err(e) => error_response(&e),
         };
     }
-    forward(&up, req, &target)
+    let streams = watching || query.split('&').any(|kv| kv == "follow=true");
+    forward(&up, req, &target, streams)
         .await
         .unwrap_or_else(|e| error_response(&e))
 }
@@ -161,38 +188,45 @@ async fn watch(
         let line = serde_json::json!({"type": "ERROR", "object": status}).to_string();
         futures_util::stream::once(async move { Ok(bytes::Bytes::from(line)) }).boxed()
     };
-    let lines = match rb.send().await {
-        Ok(r) if r.status().is_success() => {
-            let body = r
-                .bytes_stream()
-                .map(|c| c.map_err(|e| rkube_client::Error::Transport(e.to_string())));
-            rkube_client::watch::split_lines(body)
-                .map(|l| l.map_err(|e| std::io::Error::other(e.to_string())))
-                .boxed()
-        }
-        Ok(r) => {
-            let code = r.status().as_u16();
-            let status = r.json::<serde_json::Value>().await.unwrap_or_else(|e| {
-                serde_json::to_value(ApiError::new(code, "", format!("{e}"), None).status())
-                    .unwrap_or_default()
-            });
-            error_event(status)
-        }
-        Err(e) => error_event(serde_json::to_value(unavailable(e).status()).unwrap_or_default()),
+    let answer = tokio::time::timeout(HEADERS_TIMEOUT, rb.send()).await;
+    let lines = match answer.map_err(|_| unavailable("no answer in time")) {
+        Err(e) => error_event(serde_json::to_value(e.status()).unwrap_or_default()),
+        Ok(answer) => match answer {
+            Ok(r) if r.status().is_success() => {
+                let body = r
+                    .bytes_stream()
+                    .map(|c| c.map_err(|e| rkube_client::Error::Transport(e.to_string())));
+                rkube_client::watch::split_lines(body)
+                    .map(|l| l.map_err(|e| std::io::Error::other(e.to_string())))
+                    .boxed()
+            }
+            Ok(r) => {
+                let code = r.status().as_u16();
+                let status = r.json::<serde_json::Value>().await.unwrap_or_else(|e| {
+                    serde_json::to_value(ApiError::new(code, "", format!("{e}"), None).status())
+                        .unwrap_or_default()
+                });
+                error_event(status)
+            }
+            Err(e) => {
+                error_event(serde_json::to_value(unavailable(e).status()).unwrap_or_default())
+            }
+        },
     };
     websocket::send_lines(ws, lines)
 }
 
 /// Any other request, passed on with its method, path, query, body and media types.
-async fn forward(up: &Upstream, req: Request, target: &str) -> Result<Response, ApiError> {
+async fn forward(
+    up: &Upstream,
+    req: Request,
+    target: &str,
+    streams: bool,
+) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::request_entity_too_large("the request body is too large"))?;
-    let query = parts.uri.query().unwrap_or("");
-    let streams = query
-        .split('&')
-        .any(|kv| kv == "watch=1" || kv == "watch=true" || kv == "follow=true");
     let client = if streams { &up.stream } else { &up.http };
     let mut rb = client.request(parts.method, target).body(body);
     for h in ["content-type", "accept", "user-agent"] {
@@ -203,8 +237,15 @@ async fn forward(up: &Upstream, req: Request, target: &str) -> Result<Response, 
     if let Some(t) = &up.token {
         rb = rb.bearer_auth(t);
     }
-    let r = rb.send().await.map_err(unavailable)?;
-    let mut out = Response::builder().status(r.status());
+    let r = tokio::time::timeout(HEADERS_TIMEOUT, rb.send())
+        .await
+        .map_err(|_| unavailable("no answer in time"))?
+        .map_err(unavailable)?;
+    // What comes back (pod logs, say) is never active content on this origin.
+    let mut out = Response::builder()
+        .status(r.status())
+        .header("x-content-type-options", "nosniff")
+        .header("content-security-policy", "sandbox");
     for (name, value) in r.headers() {
         if matches!(
             name.as_str(),
@@ -241,6 +282,16 @@ mod tests {
         // DNS rebinding: another site's name resolving to 127.0.0.1.
         assert!(check_site(&headers(&[("host", "evil.example:8001")])).is_err());
         assert!(check_site(&headers(&[])).is_err());
+        assert!(check_site(&headers(&[
+            ("host", "127.0.0.1:8001"),
+            ("sec-fetch-site", "cross-site")
+        ]))
+        .is_err());
+        assert!(check_site(&headers(&[
+            ("host", "127.0.0.1:8001"),
+            ("sec-fetch-site", "same-origin")
+        ]))
+        .is_ok());
         // Another site's page opening a WebSocket or posting to us.
         let e = check_site(&headers(&[
             ("host", "127.0.0.1:8001"),
