@@ -52,7 +52,7 @@ STARTED=0 DASHBOARD=
 exists() { "$RKUBE" cluster kubeconfig "$NAME" --path >/dev/null 2>&1; }
 stop() {
   trap - INT TERM HUP EXIT
-  [ -n "$DASHBOARD" ] && kill "$DASHBOARD" 2>/dev/null
+  if [ -n "$DASHBOARD" ]; then kill "$DASHBOARD" 2>/dev/null || true; fi
   echo
   if [ "$STARTED" = 1 ] && exists; then
     "$RKUBE" cluster stop "$NAME" || true
@@ -65,7 +65,7 @@ stop() {
 failed() {
   local rc=$?
   trap - INT TERM HUP EXIT
-  [ -n "$DASHBOARD" ] && kill "$DASHBOARD" 2>/dev/null
+  if [ -n "$DASHBOARD" ]; then kill "$DASHBOARD" 2>/dev/null || true; fi
   if [ "$rc" -ne 0 ] && [ "$STARTED" = 1 ] && exists; then
     "$RKUBE" cluster stop "$NAME" --quiet || true
     printf '\033[31merror: up.sh failed (exit %s); cluster %s stopped. Its logs: %s cluster logs %s\033[0m\n' \
