@@ -133,13 +133,13 @@ async fn handle(State(up): State<Arc<Upstream>>, req: Request) -> Response {
         up.server,
         req.uri().path_and_query().map_or("/", |pq| pq.as_str())
     );
-    let query = req.uri().query().unwrap_or("");
-    let watching = query
-        .split('&')
-        .any(|kv| matches!(kv.to_ascii_lowercase().as_str(), "watch=1" | "watch=true"))
-        || path.contains("/watch/");
+    // Read as the apiserver reads it: a watch, or another long-running stream (logs).
+    let info = match rkube_apiserver::request::RequestInfo::parse(req.method(), req.uri()) {
+        Ok(info) => info,
+        Err(e) => return error_response(&e),
+    };
     if websocket::is_request(req.headers()) {
-        if !watching {
+        if info.verb != "watch" {
             return error_response(&ApiError::bad_request(
                 "the dashboard upgrades watches only (watch=1)",
             ));
@@ -151,8 +151,7 @@ async fn handle(State(up): State<Arc<Upstream>>, req: Request) -> Response {
             Err(e) => error_response(&e),
         };
     }
-    let streams = watching || query.split('&').any(|kv| kv == "follow=true");
-    forward(&up, req, &target, streams)
+    forward(&up, req, &target, info.long_running())
         .await
         .unwrap_or_else(|e| error_response(&e))
 }
