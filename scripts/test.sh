@@ -2,16 +2,16 @@
 # Runs every rkube test: unit and component tests, the store's conformance suite against
 # rkube-store AND a real etcd 3.4, the crash test, and the end-to-end tests that start the real
 # binaries (built first) and drive them with kubectl. Installs what the tests need first
-# (etcd-server from Debian, cargo-nextest if absent). Extra arguments go to `cargo nextest run`.
+# (etcd-server and etcd-client from Debian, cargo-nextest if absent). Extra arguments go to `cargo nextest run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v etcd >/dev/null 2>&1; then
-  echo "==> installing etcd-server from Debian (the conformance oracle)"
+if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
+  echo "==> installing etcd-server and etcd-client from Debian (the conformance oracle, etcdctl)"
   as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq etcd-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq etcd-server etcd-client >/dev/null
 fi
 # Prometheus (Debian's) for the compose stack's monitoring profile, where Docker runs.
 if ! command -v prometheus >/dev/null 2>&1 && docker info >/dev/null 2>&1; then

@@ -34,6 +34,10 @@ pub struct Flags {
     /// ... with this key.
     #[arg(long, requires = "etcd_certfile")]
     etcd_keyfile: Option<std::path::PathBuf>,
+    /// How to talk to storage: `grpc` (etcd's gRPC API over HTTP/2, as Kubernetes does) or
+    /// `json` (etcd's JSON gateway over HTTP/1.1).
+    #[arg(long, env = "RKUBE_ETCD_TRANSPORT", default_value = "grpc", value_parser = ["grpc", "json"])]
+    etcd_transport: String,
     /// Give up if storage is unreachable this long at startup.
     #[arg(long, default_value = "30s")]
     storage_startup_timeout: GoDuration,
@@ -183,6 +187,7 @@ pub async fn run(f: Flags, shutdown: rkube_daemon::ShutdownToken) -> anyhow::Res
             identity_pem,
         });
     }
+    config.etcd_grpc = f.etcd_transport == "grpc";
     config.storage_timeout = f.storage_startup_timeout.into();
     config.event_ttl = f.event_ttl.into();
     config.compaction_interval = f.etcd_compaction_interval.into();

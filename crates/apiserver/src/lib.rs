@@ -55,6 +55,8 @@ pub struct Config {
     pub etcd_servers: Vec<String>,
     /// TLS to https:// storage endpoints (`--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`).
     pub etcd_tls: Option<rkube_etcd_api::ClientTls>,
+    /// Storage over etcd's gRPC API (else its JSON gateway).
+    pub etcd_grpc: bool,
     pub etcd_prefix: String,
     /// How long to wait for storage at startup before giving up.
     pub storage_timeout: Duration,
@@ -106,6 +108,7 @@ impl Config {
         Config {
             etcd_servers,
             etcd_tls: None,
+            etcd_grpc: true,
             etcd_prefix: "/registry".into(),
             storage_timeout: Duration::from_secs(30),
             event_ttl: Duration::from_secs(3600),
@@ -133,9 +136,25 @@ impl Config {
     }
 }
 
-/// Whether the storage endpoint answers a full-duplex watch stream (rkube-store does; etcd's
-/// HTTP gateway answers nothing until the request body ends).
+/// Whether the cache may rely on progress requests: the storage answers them mid-stream and
+/// in order with its events. Over gRPC every server answers, but etcd before 3.4.31 and
+/// 3.5.13 could report a revision before delivering the events up to it (etcd#15220;
+/// upstream's storage feature checker trusts those versions on); rkube-store queues the
+/// answer behind its events. On the JSON gateway rkube-store answers and etcd's gateway
+/// answers nothing until the request body ends.
 async fn supports_progress_requests(client: &EtcdClient) -> bool {
+    if client.is_grpc() {
+        let Ok(status) = client.status().await else {
+            return false;
+        };
+        if progress_fixed(&status.version) {
+            return true;
+        }
+        return client
+            .member_names()
+            .await
+            .is_ok_and(|names| !names.is_empty() && names.iter().all(|n| n == "rkube-store"));
+    }
     let create = WatchCreateRequest {
         key: b"/rkube-probe".to_vec(),
         ..Default::default()
@@ -149,6 +168,22 @@ async fn supports_progress_requests(client: &EtcdClient) -> bool {
         return false;
     };
     matches!(tokio::time::timeout(Duration::from_secs(1), rx.next()).await, Ok(Some(Ok(r))) if r.created)
+}
+
+/// etcd versions whose progress notifications follow the events they cover.
+fn progress_fixed(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor, patch) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    match (major, minor) {
+        (3, 4) => patch >= 31,
+        (3, 5) => patch >= 13,
+        (3, m) => m > 5,
+        (m, _) => m > 3,
+    }
 }
 
 async fn wait_for_storage(client: &EtcdClient, timeout: Duration) -> anyhow::Result<()> {
@@ -175,14 +210,18 @@ pub async fn run(
     listener: TcpListener,
     shutdown: ShutdownToken,
 ) -> anyhow::Result<()> {
-    let client = EtcdClient::with_tls(&config.etcd_servers, config.etcd_tls.as_ref())
-        .context("etcd client")?;
+    let client = if config.etcd_grpc {
+        EtcdClient::grpc(&config.etcd_servers, config.etcd_tls.as_ref())
+    } else {
+        EtcdClient::with_tls(&config.etcd_servers, config.etcd_tls.as_ref())
+    }
+    .context("etcd client")?;
     wait_for_storage(&client, config.storage_timeout).await?;
     let duplex = match config.progress_requests {
         Some(v) => v,
         None => supports_progress_requests(&client).await,
     };
-    tracing::info!(servers = ?config.etcd_servers, progress_requests = duplex, "connected to storage");
+    tracing::info!(servers = ?config.etcd_servers, grpc = config.etcd_grpc, progress_requests = duplex, "connected to storage");
     let registry = rkube_daemon::metrics::Registry::new();
     let client = {
         let reg = registry.clone();
@@ -624,6 +663,24 @@ async fn bookmarks(registries: Arc<registry::Registries>, shutdown: ShutdownToke
             if c.bookmark_tick() && c.duplex {
                 c.request_progress().await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn progress_requests_are_trusted_from_the_etcd_versions_upstream_trusts() {
+        for (v, ok) in [
+            ("3.4.23", false),
+            ("3.4.31", true),
+            ("3.5.12", false),
+            ("3.5.13", true),
+            ("3.6.0", true),
+            ("4.0.0", true),
+            ("garbage", false),
+        ] {
+            assert_eq!(super::progress_fixed(v), ok, "{v}");
         }
     }
 }

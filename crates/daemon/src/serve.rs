@@ -1,4 +1,4 @@
-//! The hardened HTTP/1.1 front every rkube server runs behind (the apiserver, the store, the
+//! The hardened HTTP front every rkube server runs behind (the apiserver, the store, the
 //! kubelet-agent): a bounded accept loop over plain TCP or TLS, then hyper with its own
 //! timers. What a client can hold, and for how long, is bounded:
 //!
@@ -13,6 +13,9 @@
 //!   reading, a watch nobody drains) closes the connection;
 //! - request bodies are bounded where they are read (size, deadline and stall time), by the
 //!   server's own code.
+//!
+//! HTTP/1.1 always; HTTP/2 too where `Limits::http2` says so (the store's gRPC): a
+//! connection's protocol is read from its first bytes (h2c's preface) or TLS's ALPN.
 //!
 //! Shutdown stops accepting, asks every connection to finish its in-flight request, and gives
 //! up on stragglers after `shutdown_grace`.
@@ -45,6 +48,10 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// Serve HTTP/2 beside HTTP/1.1 (gRPC needs it); TLS configs then offer `h2` by ALPN.
+    pub http2: bool,
+    /// Concurrent streams one HTTP/2 connection may open.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for Limits {
@@ -58,6 +65,8 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
+            http2: false,
+            max_concurrent_streams: 4096,
         }
     }
 }
@@ -279,11 +288,39 @@ async fn connection<I, P>(
     // Head, idle and write timeouts are the watchdog's: hyper's own header timer also runs
     // while a kept-alive connection idles between requests, which would close every pooled
     // connection after the (short) header timeout.
-    let conn = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
-    let mut conn = std::pin::pin!(conn);
+    if limits.http2 {
+        let mut builder =
+            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+        builder.http1().keep_alive(true);
+        builder
+            .http2()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .max_concurrent_streams(limits.max_concurrent_streams);
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        let conn = std::pin::pin!(conn);
+        watch_connection(conn, |c| c.graceful_shutdown(), &activity, limits, shutdown).await;
+    } else {
+        let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
+        let conn = std::pin::pin!(conn);
+        watch_connection(conn, |c| c.graceful_shutdown(), &activity, limits, shutdown).await;
+    }
+}
+
+/// Drives a connection until it ends, its watchdog fires, or shutdown (then asks it to
+/// finish gracefully).
+async fn watch_connection<C, E>(
+    mut conn: Pin<&mut C>,
+    graceful: impl Fn(Pin<&mut C>),
+    activity: &Activity,
+    limits: &Limits,
+    shutdown: ShutdownToken,
+) where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
     let tick = (limits
         .idle_timeout
         .min(limits.write_timeout)
@@ -303,7 +340,7 @@ async fn connection<I, P>(
             }
             _ = shutdown.cancelled(), if !shutting_down => {
                 shutting_down = true;
-                conn.as_mut().graceful_shutdown();
+                graceful(conn.as_mut());
             }
             _ = watchdog.tick() => {
                 let now = activity.now();

@@ -1,15 +1,22 @@
-//! `EtcdClient`: the async HTTP client for the etcd v3 JSON API, with endpoint failover.
-//! It works the same against rkube-store and against a real etcd cluster.
+//! `EtcdClient`: the async client for etcd's v3 API, with endpoint failover, over either
+//! transport — gRPC (what Kubernetes speaks to etcd: HTTP/2, protobuf, full-duplex watches
+//! with progress requests) or the JSON gateway (HTTP/1.1). It works the same against
+//! rkube-store and against a real etcd cluster; callers see the same types either way.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tonic::transport::Channel;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::api_error;
 pub use crate::error::{grpc_code, EtcdError};
+use crate::grpc::{self, CALL_TIMEOUT};
+use crate::pb;
 use crate::types::*;
 use crate::watch::{self, WatchReceiver, WatchSender};
 
@@ -23,15 +30,21 @@ pub type CallObserver = Arc<dyn Fn(&str, Duration, bool) + Send + Sync>;
 
 struct Inner {
     observer: Option<CallObserver>,
-    http: reqwest::Client,
-    /// Streams get their own client without a total timeout.
-    stream_http: reqwest::Client,
+    transport: Transport,
     endpoints: Vec<String>,
     current: AtomicUsize,
 }
 
-/// TLS to https:// endpoints (upstream's `--etcd-cafile`, `--etcd-certfile`,
-/// `--etcd-keyfile`): the CA to verify the servers with, and the client certificate to present.
+#[derive(Clone)]
+enum Transport {
+    Json {
+        http: reqwest::Client,
+        stream_http: reqwest::Client,
+    },
+    /// A channel per endpoint, in `endpoints`' order.
+    Grpc(Vec<Channel>),
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ClientTls {
     /// PEM CA bundle.
@@ -83,30 +96,48 @@ impl EtcdClient {
             stream_http = tls.apply(stream_http)?;
         }
         let (http, stream_http) = (http.build()?, stream_http.build()?);
-        let endpoints = endpoints
-            .iter()
-            .map(|e| e.trim().trim_end_matches('/').to_string())
-            .filter(|e| !e.is_empty())
-            .collect();
-        Ok(EtcdClient {
-            inner: Arc::new(Inner {
-                observer: None,
-                http,
-                stream_http,
-                endpoints,
-                current: AtomicUsize::new(0),
-            }),
-        })
+        Ok(Self::build(
+            endpoints,
+            Transport::Json { http, stream_http },
+        ))
     }
 
-    /// A client that reports every unary call's latency to `observer` (for metrics).
+    /// A client speaking etcd's gRPC API (HTTP/2; `https://` endpoints use `tls`).
+    pub fn grpc(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Self, EtcdError> {
+        let endpoints = clean(endpoints);
+        if endpoints.is_empty() {
+            return Err(EtcdError::Transport("no etcd endpoints given".into()));
+        }
+        let channels = grpc::channels(
+            &endpoints,
+            tls.and_then(|t| t.ca_pem.as_deref()),
+            tls.and_then(|t| t.identity_pem.as_deref()),
+        )?;
+        Ok(Self::build(&endpoints, Transport::Grpc(channels)))
+    }
+
+    fn build(endpoints: &[String], transport: Transport) -> Self {
+        EtcdClient {
+            inner: Arc::new(Inner {
+                observer: None,
+                transport,
+                endpoints: clean(endpoints),
+                current: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Whether calls go over gRPC (else the JSON gateway).
+    pub fn is_grpc(&self) -> bool {
+        matches!(self.inner.transport, Transport::Grpc(_))
+    }
+
     pub fn with_observer(&self, observer: CallObserver) -> Self {
         let i = &self.inner;
         EtcdClient {
             inner: Arc::new(Inner {
                 observer: Some(observer),
-                http: i.http.clone(),
-                stream_http: i.stream_http.clone(),
+                transport: i.transport.clone(),
                 endpoints: i.endpoints.clone(),
                 current: AtomicUsize::new(i.current.load(Ordering::Relaxed)),
             }),
@@ -128,30 +159,87 @@ impl EtcdClient {
 
     /// POSTs `req` to `path`, failing over to the next endpoint on connection errors
     /// (which guarantee the request was not delivered) and on `Unavailable`.
-    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+    /// One unary call, on whichever transport: `path` is its gateway path (and its name for
+    /// the observer), `rpc` the same call over gRPC.
+    async fn call<Req, Resp, P, Q, F, Fut>(
         &self,
         path: &str,
         req: &Req,
-    ) -> Result<Resp, EtcdError> {
+        rpc: F,
+    ) -> Result<Resp, EtcdError>
+    where
+        Req: Serialize + Clone + Into<P>,
+        P: Clone,
+        Resp: DeserializeOwned + From<Q>,
+        F: Fn(Channel, P) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Q>, tonic::Status>>,
+    {
         let started = std::time::Instant::now();
-        let r = self.call_inner(path, req).await;
+        let r = match &self.inner.transport {
+            Transport::Json { http, .. } => self.call_json(http, path, req).await,
+            Transport::Grpc(channels) => self.call_grpc(channels, req.clone().into(), rpc).await,
+        };
         if let Some(o) = &self.inner.observer {
             o(path, started.elapsed(), r.is_ok());
         }
         r
     }
 
-    async fn call_inner<Req: Serialize, Resp: DeserializeOwned>(
+    /// Tries each endpoint from the current one; only a call that reached no server moves on.
+    async fn call_grpc<P, Q, Resp, F, Fut>(
         &self,
+        channels: &[Channel],
+        req: P,
+        rpc: F,
+    ) -> Result<Resp, EtcdError>
+    where
+        P: Clone,
+        Resp: From<Q>,
+        F: Fn(Channel, P) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Q>, tonic::Status>>,
+    {
+        let mut last = None;
+        let n = channels.len();
+        let mut req = Some(req);
+        for (attempt, (idx, _)) in self.endpoint_order().enumerate() {
+            // The request moves into the last attempt; earlier ones send a copy.
+            let this = if attempt + 1 == n {
+                req.take()
+            } else {
+                req.clone()
+            };
+            let Some(this) = this else { break };
+            match tokio::time::timeout(CALL_TIMEOUT, rpc(channels[idx].clone(), this)).await {
+                Ok(Ok(resp)) => {
+                    self.inner.current.store(idx, Ordering::Relaxed);
+                    return Ok(resp.into_inner().into());
+                }
+                Ok(Err(s)) if grpc::unreached(&s) => {
+                    tracing::debug!(endpoint = self.inner.endpoints[idx], error = %s, "etcd endpoint unreachable, trying next");
+                    last = Some(grpc::status_error(s));
+                }
+                Ok(Err(s)) => return Err(grpc::status_error(s)),
+                Err(_) => {
+                    return Err(EtcdError::Transport(format!(
+                        "no answer from {} in {CALL_TIMEOUT:?}",
+                        self.inner.endpoints[idx]
+                    )))
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| EtcdError::Transport("no endpoint".into())))
+    }
+
+    async fn call_json<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        http: &reqwest::Client,
         path: &str,
         req: &Req,
     ) -> Result<Resp, EtcdError> {
         let body = serde_json::to_vec(req).map_err(|e| EtcdError::Decode(e.to_string()))?;
         let mut last = None;
         for (idx, ep) in self.endpoint_order() {
-            let result = self
-                .inner
-                .http
+            let result = http
                 .post(format!("{ep}{path}"))
                 .header("content-type", "application/json")
                 .body(body.clone())
@@ -173,51 +261,137 @@ impl EtcdClient {
     }
 
     pub async fn range(&self, req: &RangeRequest) -> Result<RangeResponse, EtcdError> {
-        self.call("/v3/kv/range", req).await
+        self.call("/v3/kv/range", req, |c, r: pb::RangeRequest| async move {
+            pb::kv_client::KvClient::new(c).range(r).await
+        })
+        .await
     }
     pub async fn put(&self, req: &PutRequest) -> Result<PutResponse, EtcdError> {
-        self.call("/v3/kv/put", req).await
+        self.call("/v3/kv/put", req, |c, r: pb::PutRequest| async move {
+            pb::kv_client::KvClient::new(c).put(r).await
+        })
+        .await
     }
     pub async fn delete_range(
         &self,
         req: &DeleteRangeRequest,
     ) -> Result<DeleteRangeResponse, EtcdError> {
-        self.call("/v3/kv/deleterange", req).await
+        self.call(
+            "/v3/kv/deleterange",
+            req,
+            |c, r: pb::DeleteRangeRequest| async move {
+                pb::kv_client::KvClient::new(c).delete_range(r).await
+            },
+        )
+        .await
     }
     pub async fn txn(&self, req: &TxnRequest) -> Result<TxnResponse, EtcdError> {
-        self.call("/v3/kv/txn", req).await
+        self.call("/v3/kv/txn", req, |c, r: pb::TxnRequest| async move {
+            pb::kv_client::KvClient::new(c).txn(r).await
+        })
+        .await
     }
     pub async fn compact(&self, req: &CompactionRequest) -> Result<CompactionResponse, EtcdError> {
-        self.call("/v3/kv/compaction", req).await
+        self.call(
+            "/v3/kv/compaction",
+            req,
+            |c, r: pb::CompactionRequest| async move {
+                pb::kv_client::KvClient::new(c).compact(r).await
+            },
+        )
+        .await
     }
     pub async fn lease_grant(
         &self,
         req: &LeaseGrantRequest,
     ) -> Result<LeaseGrantResponse, EtcdError> {
-        self.call("/v3/lease/grant", req).await
+        self.call(
+            "/v3/lease/grant",
+            req,
+            |c, r: pb::LeaseGrantRequest| async move {
+                pb::lease_client::LeaseClient::new(c).lease_grant(r).await
+            },
+        )
+        .await
     }
     pub async fn lease_revoke(&self, id: i64) -> Result<LeaseRevokeResponse, EtcdError> {
-        self.call("/v3/lease/revoke", &LeaseIdRequest { id }).await
+        let req = LeaseIdRequest { id };
+        self.call(
+            "/v3/lease/revoke",
+            &req,
+            |c, r: pb::LeaseRevokeRequest| async move {
+                pb::lease_client::LeaseClient::new(c).lease_revoke(r).await
+            },
+        )
+        .await
     }
     pub async fn lease_time_to_live(
         &self,
         req: &LeaseTimeToLiveRequest,
     ) -> Result<LeaseTimeToLiveResponse, EtcdError> {
-        self.call("/v3/lease/timetolive", req).await
+        self.call(
+            "/v3/lease/timetolive",
+            req,
+            |c, r: pb::LeaseTimeToLiveRequest| async move {
+                pb::lease_client::LeaseClient::new(c)
+                    .lease_time_to_live(r)
+                    .await
+            },
+        )
+        .await
     }
     pub async fn lease_leases(&self) -> Result<LeaseLeasesResponse, EtcdError> {
-        self.call("/v3/lease/leases", &serde_json::json!({})).await
+        self.call(
+            "/v3/lease/leases",
+            &Empty {},
+            |c, r: pb::LeaseLeasesRequest| async move {
+                pb::lease_client::LeaseClient::new(c).lease_leases(r).await
+            },
+        )
+        .await
     }
     pub async fn status(&self) -> Result<StatusResponse, EtcdError> {
-        self.call("/v3/maintenance/status", &serde_json::json!({}))
-            .await
+        self.call(
+            "/v3/maintenance/status",
+            &Empty {},
+            |c, r: pb::StatusRequest| async move {
+                pb::maintenance_client::MaintenanceClient::new(c)
+                    .status(r)
+                    .await
+            },
+        )
+        .await
     }
 
-    /// One keepalive round trip on `/v3/lease/keepalive` (a one-message stream).
+    /// The members' names (gRPC only: rkube-store's gateway does not serve the member list).
+    pub async fn member_names(&self) -> Result<Vec<String>, EtcdError> {
+        let Transport::Grpc(channels) = &self.inner.transport else {
+            return Err(EtcdError::Transport(
+                "the member list needs the gRPC transport".into(),
+            ));
+        };
+        let ch = channels[self.inner.current.load(Ordering::Relaxed) % channels.len()].clone();
+        let mut cluster = pb::cluster_client::ClusterClient::new(ch);
+        let call = cluster.member_list(pb::MemberListRequest::default());
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(r)) => Ok(r.into_inner().members.into_iter().map(|m| m.name).collect()),
+            Ok(Err(s)) => Err(grpc::status_error(s)),
+            Err(_) => Err(EtcdError::Transport("no member list in 30 s".into())),
+        }
+    }
+
     pub async fn lease_keep_alive_once(
         &self,
         id: i64,
     ) -> Result<LeaseKeepAliveResponse, EtcdError> {
+        let http = match &self.inner.transport {
+            Transport::Json { http, .. } => http,
+            Transport::Grpc(channels) => {
+                let ch =
+                    channels[self.inner.current.load(Ordering::Relaxed) % channels.len()].clone();
+                return grpc::keep_alive_once(ch, id).await;
+            }
+        };
         let body = serde_json::to_vec(&LeaseIdRequest { id })
             .map_err(|e| EtcdError::Decode(e.to_string()))?;
         let ep = self
@@ -225,9 +399,7 @@ impl EtcdClient {
             .next()
             .map(|(_, e)| e.to_string())
             .unwrap_or_default();
-        let resp = self
-            .inner
-            .http
+        let resp = http
             .post(format!("{ep}/v3/lease/keepalive"))
             .header("content-type", "application/json")
             .body(body)
@@ -261,8 +433,8 @@ impl EtcdClient {
     }
 
     /// A full-duplex watch stream: more creates, cancels and progress requests go through the
-    /// returned sender while responses arrive. rkube-store supports this; etcd's HTTP gateway
-    /// buffers responses until the request body ends, so use `watch` there.
+    /// returned sender while responses arrive. gRPC and rkube-store's gateway support this;
+    /// etcd's HTTP gateway buffers responses until the request body ends (use `watch` there).
     pub async fn watch_duplex(
         &self,
         requests: Vec<WatchRequest>,
@@ -278,7 +450,15 @@ impl EtcdClient {
     ) -> Result<(Option<WatchSender>, WatchReceiver), EtcdError> {
         let mut last = None;
         for (idx, ep) in self.endpoint_order() {
-            match watch::open(&self.inner.stream_http, ep, requests.clone(), duplex).await {
+            let opened = match &self.inner.transport {
+                Transport::Json { stream_http, .. } => {
+                    watch::open(stream_http, ep, requests.clone(), duplex).await
+                }
+                Transport::Grpc(channels) => {
+                    watch::open_grpc(channels[idx].clone(), requests.clone()).await
+                }
+            };
+            match opened {
                 Ok(pair) => {
                     self.inner.current.store(idx, Ordering::Relaxed);
                     return Ok(pair);
@@ -289,6 +469,30 @@ impl EtcdClient {
         }
         Err(last.unwrap_or_else(|| EtcdError::Transport("no endpoint".into())))
     }
+}
+
+/// Requests without fields (`{}` on the gateway).
+#[derive(Clone, Serialize)]
+struct Empty {}
+
+impl From<Empty> for pb::LeaseLeasesRequest {
+    fn from(_: Empty) -> Self {
+        pb::LeaseLeasesRequest {}
+    }
+}
+
+impl From<Empty> for pb::StatusRequest {
+    fn from(_: Empty) -> Self {
+        pb::StatusRequest {}
+    }
+}
+
+fn clean(endpoints: &[String]) -> Vec<String> {
+    endpoints
+        .iter()
+        .map(|e| e.trim().trim_end_matches('/').to_string())
+        .filter(|e| !e.is_empty())
+        .collect()
 }
 
 async fn decode_response<Resp: DeserializeOwned>(

@@ -196,6 +196,13 @@ macro_rules! proto_enum {
             pub fn is_default(&self) -> bool {
                 *self == $name::default()
             }
+            /// From a protobuf enum number; unknown numbers are the default.
+            pub fn from_i32(v: i32) -> Self {
+                match v { $($num => $name::$variant,)+ _ => $name::default() }
+            }
+            pub fn as_i32(self) -> i32 {
+                match self { $($name::$variant => $num),+ }
+            }
         }
 
         impl serde::Serialize for $name {

@@ -84,6 +84,11 @@ impl StoreError {
         }
     }
 
+    /// The gRPC status etcd's gRPC server answers with.
+    pub fn to_status(&self) -> tonic::Status {
+        tonic::Status::new(tonic::Code::from(self.grpc_code()), self.to_string())
+    }
+
     pub fn body(&self) -> ErrorBody {
         let msg = self.to_string();
         ErrorBody {

@@ -11,37 +11,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use bytes::Bytes;
-use rkube_daemon::ShutdownToken;
 use rkube_etcd_api::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use crate::apply::{WriteOp, WriteResult};
 use crate::error::*;
-use crate::mvcc::Mvcc;
 use crate::reqstream::RequestReader;
-use crate::watch_stream::WatchConfig;
-use crate::writer::Writer;
-use crate::{protosize, validate, wire};
-
-/// The etcd version this API level corresponds to (what `/version` and status report).
-pub const ETCD_VERSION: &str = "3.4.23";
-pub const ETCD_CLUSTER_VERSION: &str = "3.4.0";
+pub use crate::service::{App, ETCD_CLUSTER_VERSION, ETCD_VERSION};
+use crate::{protosize, wire};
 
 /// gRPC's receive limit is `--max-request-bytes` plus this overhead (etcd's `grpcOverheadBytes`).
-const GRPC_OVERHEAD: usize = 512 * 1024;
-
-#[derive(Clone)]
-pub struct App {
-    pub mvcc: Arc<Mvcc>,
-    pub writer: Writer,
-    pub max_request_bytes: usize,
-    pub max_txn_ops: usize,
-    pub watch: Arc<WatchConfig>,
-    pub shutdown: ShutdownToken,
-}
+pub const GRPC_OVERHEAD: usize = 512 * 1024;
 
 pub fn router(app: App) -> Router {
     Router::new()
@@ -158,6 +139,15 @@ pub async fn require_cn(allowed: String, req: Request, next: axum::middleware::N
 
 /// Routes requests the way etcd's HTTP mux does, including its 404 and 405 bodies.
 async fn dispatch(State(app): State<App>, req: Request) -> Response {
+    // gRPC calls to services or methods the store does not serve (Auth, member changes).
+    let grpc = req
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        let msg = format!("unknown method {}", req.uri().path());
+        return tonic::Status::unimplemented(msg).into_http();
+    }
     let path = req.uri().path().to_string();
     let get = req.method() == Method::GET;
     match path.as_str() {
@@ -254,14 +244,6 @@ fn check_grpc_size(size: usize, max: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// etcd's limit on the raft proposal carrying a write (`--max-request-bytes`).
-fn check_raft_size(field: u32, size: usize, max: usize) -> Result<(), StoreError> {
-    if protosize::raft(field, size) > max {
-        return Err(StoreError::invalid(ERR_REQUEST_TOO_LARGE));
-    }
-    Ok(())
-}
-
 /// Decodes a unary request body as etcd's gateway does: only the first JSON value counts,
 /// an empty body or `null` is an empty message, and errors use Go's wording.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
@@ -285,15 +267,8 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
     }
 }
 
-async fn write(app: &App, op: WriteOp) -> Result<WriteResult, StoreError> {
-    app.writer.submit(op).await
-}
-
-fn with_header(app: &App, h: &mut Option<ResponseHeader>) {
-    let rev = h.as_ref().map(|h| h.revision).unwrap_or(0);
-    *h = Some(app.mvcc.header(rev));
-}
-
+/// A unary call on the gateway: its body parsed as the request (and held to the size gRPC
+/// would accept), then the call itself.
 async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreError> {
     let bytes = read_body(body, app.max_request_bytes).await?;
     let max = app.max_request_bytes;
@@ -301,136 +276,46 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
         "kv/range" => {
             let req: RangeRequest = parse(&bytes)?;
             check_grpc_size(protosize::range(&req), max)?;
-            validate::check_range(&req)?;
-            let mvcc = app.mvcc.clone();
-            let resp =
-                if req.count_only || req.limit > 0 && req.limit < 64 || req.range_end.is_empty() {
-                    mvcc.range(&req)?
-                } else {
-                    tokio::task::spawn_blocking(move || mvcc.range(&req))
-                        .await
-                        .map_err(|e| StoreError::Internal(e.to_string()))??
-                };
-            Ok(json_response(&resp))
+            Ok(json_response(&app.range(req).await?))
         }
         "kv/put" => {
             let req: PutRequest = parse(&bytes)?;
-            let size = protosize::put(&req);
-            check_grpc_size(size, max)?;
-            validate::check_put(&req)?;
-            check_raft_size(protosize::RAFT_PUT, size, max)?;
-            let WriteResult::Put(mut resp) = write(app, WriteOp::Put(req)).await? else {
-                unreachable!()
-            };
-            with_header(app, &mut resp.header);
-            Ok(json_response(&resp))
+            check_grpc_size(protosize::put(&req), max)?;
+            Ok(json_response(&app.put(req).await?))
         }
         "kv/deleterange" => {
             let req: DeleteRangeRequest = parse(&bytes)?;
-            let size = protosize::delete_range(&req);
-            check_grpc_size(size, max)?;
-            validate::check_delete(&req)?;
-            check_raft_size(protosize::RAFT_DELETE_RANGE, size, max)?;
-            let WriteResult::DeleteRange(mut resp) = write(app, WriteOp::DeleteRange(req)).await?
-            else {
-                unreachable!()
-            };
-            with_header(app, &mut resp.header);
-            Ok(json_response(&resp))
+            check_grpc_size(protosize::delete_range(&req), max)?;
+            Ok(json_response(&app.delete_range(req).await?))
         }
         "kv/txn" => {
             let req: TxnRequest = parse(&bytes)?;
-            let size = protosize::txn(&req);
-            check_grpc_size(size, max)?;
-            validate::check_txn(&req, app.max_txn_ops)?;
-            if !validate::txn_is_read_only(&req) {
-                check_raft_size(protosize::RAFT_TXN, size, max)?;
-            }
-            app.mvcc.metrics.observe_txn_shape(txn_shape(&req));
-            let WriteResult::Txn(mut resp) = write(app, WriteOp::Txn(req)).await? else {
-                unreachable!()
-            };
-            with_header(app, &mut resp.header);
-            Ok(json_response(&resp))
+            check_grpc_size(protosize::txn(&req), max)?;
+            Ok(json_response(&app.txn(req).await?))
         }
         "kv/compaction" => {
             let req: CompactionRequest = parse(&bytes)?;
-            let WriteResult::Compact(mut resp) = write(app, WriteOp::Compact(req.revision)).await?
-            else {
-                unreachable!()
-            };
-            with_header(app, &mut resp.header);
-            Ok(json_response(&resp))
+            Ok(json_response(&app.compact(req).await?))
         }
         "lease/grant" => {
             let req: LeaseGrantRequest = parse(&bytes)?;
-            let WriteResult::LeaseGrant(mut resp) = write(app, WriteOp::LeaseGrant(req)).await?
-            else {
-                unreachable!()
-            };
-            with_header(app, &mut resp.header);
-            Ok(json_response(&resp))
+            Ok(json_response(&app.lease_grant(req).await?))
         }
         "lease/revoke" | "kv/lease/revoke" => {
             let req: LeaseIdRequest = parse(&bytes)?;
-            let WriteResult::LeaseRevoke(mut resp) =
-                write(app, WriteOp::LeaseRevoke(req.id)).await?
-            else {
-                unreachable!()
-            };
-            with_header(app, &mut resp.header);
-            Ok(json_response(&resp))
+            Ok(json_response(&app.lease_revoke(req.id).await?))
         }
         "lease/timetolive" | "kv/lease/timetolive" => {
             let req: LeaseTimeToLiveRequest = parse(&bytes)?;
-            let rev = app.mvcc.current_rev();
-            let lessor = app.mvcc.lessor.lock().unwrap();
-            let resp = match lessor.get(req.id) {
-                Some(l) => LeaseTimeToLiveResponse {
-                    header: Some(app.mvcc.header(rev)),
-                    id: req.id,
-                    ttl: l.remaining_secs(Instant::now()),
-                    granted_ttl: l.ttl,
-                    keys: if req.keys {
-                        l.keys.iter().cloned().collect()
-                    } else {
-                        Vec::new()
-                    },
-                },
-                None => LeaseTimeToLiveResponse {
-                    header: Some(app.mvcc.header(rev)),
-                    id: req.id,
-                    ttl: -1,
-                    ..Default::default()
-                },
-            };
-            Ok(json_response(&resp))
+            Ok(json_response(&app.lease_time_to_live(req)))
         }
         "lease/leases" | "kv/lease/leases" => {
             let _: serde_json::Value = parse(&bytes)?;
-            let rev = app.mvcc.current_rev();
-            let ids = app.mvcc.lessor.lock().unwrap().ids();
-            let resp = LeaseLeasesResponse {
-                header: Some(app.mvcc.header(rev)),
-                leases: ids.into_iter().map(|id| LeaseStatus { id }).collect(),
-            };
-            Ok(json_response(&resp))
+            Ok(json_response(&app.lease_leases()))
         }
         "maintenance/status" => {
             let _: serde_json::Value = parse(&bytes)?;
-            let rev = app.mvcc.current_rev();
-            let size = app.mvcc.backend.size() as i64;
-            let resp = StatusResponse {
-                header: Some(app.mvcc.header(rev)),
-                version: ETCD_VERSION.into(),
-                db_size: size,
-                leader: app.mvcc.member_id,
-                raft_index: rev as u64,
-                raft_term: crate::mvcc::RAFT_TERM,
-                raft_applied_index: rev as u64,
-                db_size_in_use: size,
-            };
-            Ok(json_response(&resp))
+            Ok(json_response(&app.status()))
         }
         // No alarms are ever raised; etcd answers an empty alarm list with a bare `{}`.
         "maintenance/alarm" => {
@@ -439,40 +324,9 @@ async fn unary(app: &App, method: &str, body: Body) -> Result<Response, StoreErr
         }
         "maintenance/hash" => {
             let _: serde_json::Value = parse(&bytes)?;
-            let (rev, compact) = {
-                let st = app.mvcc.state.read().unwrap();
-                (st.current_rev, st.compact_rev)
-            };
-            // A digest of the revision state (etcd hashes its whole backend); it is only
-            // compared between members, and we have one.
-            let hash = (rev as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ compact as u64;
-            let resp = HashResponse {
-                header: Some(app.mvcc.header(rev)),
-                hash: (hash >> 32) as u32 | 1,
-            };
-            Ok(json_response(&resp))
+            Ok(json_response(&app.hash()))
         }
         _ => Err(StoreError::UnknownPath),
-    }
-}
-
-/// Classifies a Txn by the shapes the Kubernetes apiserver sends.
-fn txn_shape(t: &TxnRequest) -> &'static str {
-    let single_mod = t.compare.len() == 1
-        && t.compare[0].target == CompareTarget::Mod
-        && t.compare[0].result == CompareResult::Equal;
-    let put_only = t.success.len() == 1 && t.success[0].request_put.is_some();
-    let del_only = t.success.len() == 1 && t.success[0].request_delete_range.is_some();
-    match (
-        single_mod,
-        t.compare.first().map(|c| c.mod_revision),
-        put_only,
-        del_only,
-    ) {
-        (true, Some(0), true, _) => "create",
-        (true, Some(_), true, _) => "update",
-        (true, Some(_), _, true) => "delete",
-        _ => "other",
     }
 }
 
@@ -489,18 +343,7 @@ async fn keepalive(app: App, body: Body) -> Response {
     tokio::spawn(async move {
         let mut next = first;
         while let Some(req) = next {
-            let ttl = app
-                .mvcc
-                .lessor
-                .lock()
-                .unwrap()
-                .renew(req.id, Instant::now())
-                .unwrap_or(0);
-            let resp = LeaseKeepAliveResponse {
-                header: Some(app.mvcc.header(app.mvcc.current_rev())),
-                id: req.id,
-                ttl,
-            };
+            let resp = app.lease_keepalive(req.id);
             let mut line = serde_json::to_string(&StreamLine {
                 result: Some(resp),
                 error: None,

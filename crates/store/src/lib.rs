@@ -1,14 +1,16 @@
-//! rkube-store: an etcd v3 compatible key-value server (JSON gateway API) on redb.
+//! rkube-store: an etcd v3 compatible key-value server (gRPC API and JSON gateway) on redb.
 //!
 //! Layout: `apply` is the MVCC core (pure, synchronous), `index` the in-memory key index,
 //! `backend` the redb file, `writer` the group-commit thread, `mvcc` the shared state and read
-//! path, `watch` the hub and streams, `lease` the lessor, `http` the wire front, `error` the
-//! one conversion to etcd's error JSON.
+//! path, `watch` the hub and streams, `lease` the lessor, `service` the calls themselves,
+//! `http` (the JSON gateway) and `grpc` the two wire fronts on one port, `error` the one
+//! conversion to etcd's error JSON and gRPC statuses.
 
 pub mod apply;
 pub mod backend;
 pub mod cli;
 pub mod error;
+pub mod grpc;
 pub mod http;
 pub mod index;
 pub mod keyrange;
@@ -18,6 +20,8 @@ pub mod mvcc;
 pub mod protosize;
 pub mod record;
 pub mod reqstream;
+pub mod service;
+pub mod snapshot;
 pub mod validate;
 pub mod watch;
 pub mod watch_stream;
@@ -128,7 +132,12 @@ pub async fn run(
         ));
     }
 
-    let app = http::App {
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let app = service::App {
         mvcc: mvcc.clone(),
         writer,
         max_request_bytes: config.max_request_bytes,
@@ -139,33 +148,37 @@ pub async fn run(
             max_watchers_per_stream: config.max_watchers_per_stream,
         }),
         shutdown: shutdown.clone(),
+        client_urls: vec![format!("{scheme}://{}", listener.local_addr()?)],
     };
     tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), ephemeral = config.ephemeral, "rkube-store serving");
+    // gRPC is HTTP/2: offered by ALPN over TLS (and read from h2c's preface in the clear).
     let tls = config
         .tls
         .as_ref()
         .map(rkube_daemon::tls::server_config)
-        .transpose()?;
+        .transpose()?
+        .map(|c| {
+            let mut c = (*c).clone();
+            c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            Arc::new(c)
+        });
+    let limits = rkube_daemon::serve::Limits {
+        http2: true,
+        ..config.limits.clone()
+    };
     // An empty name allows nothing in particular (etcd ignores the flag when it is empty).
     let allowed_cn = config
         .client_cert_allowed_cn
         .clone()
         .filter(|c| !c.is_empty());
+    let router = grpc::routes(&app).fallback_service(http::router(app));
     let router = match allowed_cn {
-        None => http::router(app),
-        Some(cn) => http::router(app).layer(axum::middleware::from_fn(move |req, next| {
+        None => router,
+        Some(cn) => router.layer(axum::middleware::from_fn(move |req, next| {
             http::require_cn(cn.clone(), req, next)
         })),
     };
-    rkube_daemon::serve::serve(
-        listener,
-        tls,
-        router,
-        http::identify(),
-        config.limits.clone(),
-        shutdown,
-    )
-    .await?;
+    rkube_daemon::serve::serve(listener, tls, router, http::identify(), limits, shutdown).await?;
     tracing::info!("rkube-store stopped");
     Ok(())
 }

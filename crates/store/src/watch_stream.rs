@@ -1,17 +1,20 @@
-//! One `/v3/watch` HTTP stream: reads newline-delimited `WatchRequest`s from the request body
-//! while writing `{"result":…}` lines to the response, for any number of watches at once.
+//! One watch stream, on either wire: reads `WatchRequest`s (newline-delimited JSON from a
+//! `/v3/watch` body, or gRPC messages from `etcdserverpb.Watch/Watch`) while writing
+//! responses in the same wire's encoding, for any number of watches at once.
 //!
 //! Each watch starts *replaying* (`catch_up` reads history from disk, in order) unless it
 //! starts after the committed revision, then joins the hub's synced set and receives live
 //! events. The stream ends when the client goes away or the server shuts down.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 
 use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 use rkube_daemon::ShutdownToken;
 use rkube_etcd_api::*;
 use tokio::sync::mpsc;
@@ -21,7 +24,7 @@ use crate::error::StoreError;
 use crate::keyrange::KeyRange;
 use crate::mvcc::Mvcc;
 use crate::reqstream::RequestReader;
-use crate::watch::event::events_line;
+use crate::watch::event::{encode_events, encode_response, Wire};
 use crate::watch::hub::{StreamMsg, Watcher};
 
 /// Records read from disk per replay step.
@@ -39,8 +42,12 @@ pub struct WatchConfig {
     pub max_watchers_per_stream: usize,
 }
 
-/// Serves one watch stream. A malformed first message is refused with HTTP 500 and gRPC
-/// code 2 (as etcd's gateway does); later malformed input just ends the reading of requests.
+/// The requests of one stream, decoded; an error ends the reading of requests.
+pub type Requests = Pin<Box<dyn Stream<Item = Result<WatchRequest, StoreError>> + Send>>;
+
+/// Serves one `/v3/watch` stream. A malformed first message is refused with HTTP 500 and
+/// gRPC code 2 (as etcd's gateway does); later malformed input just ends the reading of
+/// requests.
 pub async fn handle(
     mvcc: Arc<Mvcc>,
     cfg: Arc<WatchConfig>,
@@ -53,18 +60,38 @@ pub async fn handle(
         Some(Err(e)) => return StoreError::StreamDecode(e.to_string()).into_response(),
         None => None,
     };
+    let requests: Requests = Box::pin(futures_util::stream::unfold(reader, |mut r| async {
+        let next = r.next::<WatchRequest>().await?;
+        Some((next, r))
+    }));
+    let out = start(mvcc, cfg, shutdown, Wire::Json, first, requests);
+    crate::wire::stream_response(out)
+}
+
+/// Starts serving a stream whose `first` request (if any) was already read: responses, in
+/// `wire`'s encoding, arrive on the returned channel until the client goes away (drops it)
+/// or the server shuts down.
+pub fn start(
+    mvcc: Arc<Mvcc>,
+    cfg: Arc<WatchConfig>,
+    shutdown: ShutdownToken,
+    wire: Wire,
+    first: Option<WatchRequest>,
+    requests: Requests,
+) -> mpsc::Receiver<Bytes> {
     let (out_tx, out_rx) = mpsc::channel::<Bytes>(16);
     let (msg_tx, msg_rx) = mpsc::channel::<StreamMsg>(cfg.buffer);
     tokio::spawn(run_stream(
-        mvcc, cfg, shutdown, reader, first, msg_tx, msg_rx, out_tx,
+        mvcc, cfg, shutdown, wire, requests, first, msg_tx, msg_rx, out_tx,
     ));
-    crate::wire::stream_response(out_rx)
+    out_rx
 }
 
 struct StreamCtx {
     mvcc: Arc<Mvcc>,
     config: Arc<WatchConfig>,
     id: u64,
+    wire: Wire,
     msg_tx: mpsc::Sender<StreamMsg>,
     out: mpsc::Sender<Bytes>,
     /// Active watch IDs, with the token that stops a replay in progress.
@@ -77,23 +104,25 @@ async fn run_stream(
     mvcc: Arc<Mvcc>,
     config: Arc<WatchConfig>,
     shutdown: ShutdownToken,
-    mut reader: RequestReader,
+    wire: Wire,
+    mut requests: Requests,
     first: Option<WatchRequest>,
     msg_tx: mpsc::Sender<StreamMsg>,
     mut msg_rx: mpsc::Receiver<StreamMsg>,
     out: mpsc::Sender<Bytes>,
 ) {
-    let (id, shared) = mvcc.hub.register_stream(msg_tx.clone());
+    let (id, shared) = mvcc.hub.register_stream(msg_tx.clone(), wire);
     let mut ctx = StreamCtx {
         mvcc: mvcc.clone(),
         config,
         id,
+        wire,
         msg_tx,
         out,
         watches: HashMap::new(),
         next_id: 0,
     };
-    let mut reading = first.is_some();
+    let mut reading = true;
     if let Some(req) = first {
         if !ctx.handle_request(req).await {
             return cleanup(&ctx);
@@ -103,7 +132,7 @@ async fn run_stream(
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
-            req = reader.next::<WatchRequest>(), if reading => match req {
+            req = requests.next(), if reading => match req {
                 Some(Ok(r)) => if !ctx.handle_request(r).await { break },
                 // The end of the request body (or garbage in it) stops reading requests; the
                 // watches already created keep streaming.
@@ -148,18 +177,11 @@ fn cleanup(ctx: &StreamCtx) {
 }
 
 impl StreamCtx {
-    async fn write_line(&self, line: String) -> bool {
-        self.out.send(Bytes::from(line)).await.is_ok()
-    }
-
     async fn write_result(&self, resp: &WatchResponse) -> bool {
-        let line = StreamLine {
-            result: Some(resp.clone()),
-            error: None,
-        };
-        let mut s = serde_json::to_string(&line).unwrap_or_default();
-        s.push('\n');
-        self.write_line(s).await
+        self.out
+            .send(encode_response(self.wire, resp))
+            .await
+            .is_ok()
     }
 
     async fn write_msg(&mut self, m: StreamMsg) -> bool {
@@ -295,11 +317,12 @@ impl StreamCtx {
             let mvcc = self.mvcc.clone();
             let tx = self.msg_tx.clone();
             let stream = watcher.stream;
+            let wire = self.wire;
             tokio::spawn(async move {
                 tokio::select! {
                     biased;
                     _ = token.cancelled() => mvcc.hub.drop_unsynced(stream),
-                    _ = catch_up(mvcc.clone(), tx, watcher, token.clone()) => {}
+                    _ = catch_up(mvcc.clone(), tx, watcher, wire, token.clone()) => {}
                 }
             });
         }
@@ -313,6 +336,7 @@ async fn catch_up(
     mvcc: Arc<Mvcc>,
     tx: mpsc::Sender<StreamMsg>,
     w: Watcher,
+    wire: Wire,
     token: CancellationToken,
 ) {
     let mut next = w.next_rev;
@@ -328,11 +352,16 @@ async fn catch_up(
             match read {
                 Ok(Ok((events, covered))) => {
                     if !events.is_empty() {
-                        let line =
-                            events_line(&mvcc.header(target), w.watch_id, &events, w.prev_kv);
+                        let line = encode_events(
+                            wire,
+                            &mvcc.header(target),
+                            w.watch_id,
+                            &events,
+                            w.prev_kv,
+                        );
                         let msg = StreamMsg::Events {
                             watch_id: w.watch_id,
-                            line: Bytes::from(line),
+                            line,
                         };
                         if tx.send(msg).await.is_err() {
                             mvcc.hub.drop_unsynced(w.stream);

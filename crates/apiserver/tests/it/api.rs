@@ -1165,3 +1165,37 @@ async fn server_side_apply(c: &Cluster) {
 cases! {
     server_side_apply, server_side_apply_rkube, server_side_apply_etcd;
 }
+
+/// A storage endpoint that refuses connections is skipped for the next one (gRPC transport),
+/// for writes, reads and the watch cache alike.
+async fn endpoint_failover(backend: Backend) {
+    let Some(c) = Cluster::start(backend, |cfg| {
+        cfg.etcd_servers.insert(0, "http://127.0.0.1:1".into());
+    })
+    .await
+    else {
+        return;
+    };
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f"}, "data": {"k": "v"}});
+    let (code, _) = c.post("/api/v1/namespaces/default/configmaps", &cm).await;
+    assert_eq!(code, 201);
+    let (code, got) = c.get("/api/v1/namespaces/default/configmaps/f").await;
+    assert_eq!((code, got["data"]["k"].as_str()), (200, Some("v")));
+    let (code, list) = c.get("/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(code, 200);
+    assert!(list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i["metadata"]["name"] == "f"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_endpoint_failover_rkube() {
+    endpoint_failover(Backend::Rkube).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_endpoint_failover_etcd() {
+    endpoint_failover(Backend::Etcd).await;
+}

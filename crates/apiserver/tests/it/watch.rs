@@ -578,3 +578,25 @@ async fn bookmark_before_deadline_etcd() {
         bookmark_before_deadline_then_silent_end(&c).await;
     }
 }
+
+/// The JSON gateway transport (`--etcd-transport json`) still serves the list-watch paths on
+/// both backends (gRPC, the default, runs every other case).
+async fn over_the_json_gateway(backend: Backend) {
+    let Some(c) = Cluster::start(backend, |cfg| cfg.etcd_grpc = false).await else {
+        return;
+    };
+    // (streaming_list first: it expects only its own pods.)
+    streaming_list(&c).await;
+    watch_from_rv_and_transitions(&c).await;
+    bookmarks_follow_other_resources(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_gateway_transport_rkube() {
+    over_the_json_gateway(Backend::Rkube).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_gateway_transport_etcd() {
+    over_the_json_gateway(Backend::Etcd).await;
+}

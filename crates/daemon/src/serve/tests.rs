@@ -13,6 +13,7 @@ fn quick() -> Limits {
         idle_timeout: Duration::from_millis(600),
         write_timeout: Duration::from_millis(600),
         shutdown_grace: Duration::from_secs(2),
+        ..Limits::default()
     }
 }
 

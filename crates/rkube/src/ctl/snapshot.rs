@@ -7,9 +7,11 @@
 //! The file is JSON lines: a header `{"kind":"RkubeSnapshot","version":1,"cluster":…,
 //! "revision":…,"keys":N}` then one `{"k":base64,"v":base64[,"lease":true]}` per key.
 //! Keys that were attached to a lease (Events) are attached to a fresh one-hour lease, as
-//! the apiserver's event TTL.
+//! the apiserver's event TTL. rkube-store's Maintenance.Snapshot streams the same format
+//! (so `etcdctl snapshot save` of an rkube-store restores here) with etcd's trailer, the
+//! SHA-256 of everything before it, which restore checks and strips.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Read, Seek, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -159,6 +161,42 @@ pub async fn save(name: &str, file: &Path, steps: &Steps) -> anyhow::Result<u64>
     }
 }
 
+/// The length of a snapshot file without its SHA-256 trailer, if it has one: files streamed
+/// by Maintenance.Snapshot end with the 32-byte digest after the last line's newline; files
+/// `save` writes end with the newline. A trailer that does not match is refused.
+fn body_len(mut f: &std::fs::File, len: u64) -> anyhow::Result<u64> {
+    let mut last = [0u8; 1];
+    if len == 0 {
+        return Ok(0);
+    }
+    f.seek(std::io::SeekFrom::Start(len - 1))?;
+    f.read_exact(&mut last)?;
+    if last[0] == b'\n' || len < 33 {
+        f.rewind()?;
+        return Ok(len);
+    }
+    let body = len - 32;
+    f.rewind()?;
+    let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut rest = f.take(body);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = rest.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        sha.update(&buf[..n]);
+    }
+    let mut trailer = [0u8; 32];
+    f.read_exact(&mut trailer)?;
+    anyhow::ensure!(
+        sha.finish().as_ref() == trailer,
+        "its last 32 bytes are not the SHA-256 of the rest (a damaged or cut-off file?)"
+    );
+    f.rewind()?;
+    Ok(body)
+}
+
 /// Reads and checks a whole snapshot file.
 fn read(file: &Path) -> anyhow::Result<(Header, Vec<Kv>)> {
     let f = std::fs::File::open(file).with_context(|| format!("open {}", file.display()))?;
@@ -168,8 +206,9 @@ fn read(file: &Path) -> anyhow::Result<(Header, Vec<Kv>)> {
         "{}: {len} bytes, more than a snapshot holds",
         file.display()
     );
-    let mut lines = std::io::BufReader::new(f).lines();
     let bad = |what: String| anyhow::anyhow!("{} is not an rkube snapshot: {what}", file.display());
+    let body = body_len(&f, len).map_err(|e| bad(e.to_string()))?;
+    let mut lines = std::io::BufReader::new(f.take(body)).lines();
     let first = lines
         .next()
         .transpose()?
@@ -184,6 +223,10 @@ fn read(file: &Path) -> anyhow::Result<(Header, Vec<Kv>)> {
     let mut kvs = Vec::new();
     for (i, line) in lines.enumerate() {
         let line = line?;
+        // Streamed snapshots pad their last 512-byte page with blank lines.
+        if line.is_empty() {
+            continue;
+        }
         let e: Entry =
             serde_json::from_str(&line).map_err(|e| bad(format!("line {}: {e}", i + 2)))?;
         let k = decode_b64(&e.k).map_err(|e| bad(format!("line {}: key: {e}", i + 2)))?;
@@ -352,5 +395,23 @@ mod tests {
             .to_string()
             .contains("line 2: key"));
         assert!(read(&t.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn an_etcd_style_sha256_trailer_is_checked_and_stripped() {
+        let t = tempfile::tempdir().unwrap();
+        let text = "{\"kind\":\"RkubeSnapshot\",\"version\":1,\"cluster\":\"a\",\"revision\":9,\"keys\":1}\n{\"k\":\"YQ==\",\"v\":\"Yg==\"}\n\n\n\n";
+        let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+        let mut bytes = text.as_bytes().to_vec();
+        bytes.extend_from_slice(digest.as_ref());
+        let p = t.path().join("streamed");
+        std::fs::write(&p, &bytes).unwrap();
+        let (_, kvs) = read(&p).unwrap();
+        assert_eq!(kvs, vec![(b"a".to_vec(), b"b".to_vec(), false)]);
+        // One flipped byte in the body: the trailer no longer matches.
+        bytes[text.len() - 8] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(err.contains("SHA-256"), "{err}");
     }
 }

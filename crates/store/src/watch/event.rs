@@ -1,8 +1,84 @@
-//! A watch event shared by every watcher it goes to, serialized at most once per shape.
+//! A watch event shared by every watcher it goes to, serialized at most once per encoding and
+//! shape; and how a watch stream's responses are encoded for its wire (the JSON gateway's
+//! `{"result":…}` lines, or gRPC's protobuf messages).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use rkube_etcd_api::{Event, EventType, KeyValue, ResponseHeader};
+use bytes::Bytes;
+use prost::Message;
+use rkube_etcd_api::pb;
+use rkube_etcd_api::{Event, EventType, KeyValue, ResponseHeader, StreamLine, WatchResponse};
+
+/// How a watch stream's client reads responses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// The JSON gateway: one `{"result":…}` line per response.
+    Json,
+    /// gRPC: one protobuf `WatchResponse` per message (framed by tonic).
+    Proto,
+}
+
+/// One response (not events: see `encode_events`) as its wire carries it.
+pub fn encode_response(wire: Wire, resp: &WatchResponse) -> Bytes {
+    match wire {
+        Wire::Json => {
+            let mut s = serde_json::to_string(&StreamLine {
+                result: Some(resp),
+                error: None,
+            })
+            .unwrap_or_default();
+            s.push('\n');
+            Bytes::from(s)
+        }
+        Wire::Proto => Bytes::from(pb::WatchResponse::from(resp.clone()).encode_to_vec()),
+    }
+}
+
+/// A response carrying `events` for one watch, built from each event's cached encoding.
+pub fn encode_events(
+    wire: Wire,
+    header: &ResponseHeader,
+    watch_id: i64,
+    events: &[Arc<EventData>],
+    with_prev: bool,
+) -> Bytes {
+    match wire {
+        Wire::Json => Bytes::from(events_line(header, watch_id, events, with_prev)),
+        Wire::Proto => events_proto(header, watch_id, events, with_prev),
+    }
+}
+
+/// `WatchResponse{header, watch_id, events}` in protobuf: the head is encoded, then each
+/// event's cached bytes are appended as field 11 (protobuf allows fields in any order; this
+/// is the order etcd writes them in, too).
+fn events_proto(
+    header: &ResponseHeader,
+    watch_id: i64,
+    events: &[Arc<EventData>],
+    with_prev: bool,
+) -> Bytes {
+    let head = pb::WatchResponse {
+        header: Some(header.clone().into()),
+        watch_id,
+        ..Default::default()
+    };
+    let body: usize = events
+        .iter()
+        .map(|e| {
+            let n = e.proto(with_prev).len();
+            1 + prost::encoding::encoded_len_varint(n as u64) + n
+        })
+        .sum();
+    let mut buf = bytes::BytesMut::with_capacity(head.encoded_len() + body);
+    head.encode_raw(&mut buf);
+    for e in events {
+        let ev = e.proto(with_prev);
+        prost::encoding::encode_key(11, prost::encoding::WireType::LengthDelimited, &mut buf);
+        prost::encoding::encode_varint(ev.len() as u64, &mut buf);
+        buf.extend_from_slice(ev);
+    }
+    buf.freeze()
+}
 
 use crate::apply::Change;
 use crate::index::Rev;
@@ -14,6 +90,8 @@ pub struct EventData {
     pub prev: Option<KeyValue>,
     json: OnceLock<String>,
     json_prev: OnceLock<String>,
+    proto: OnceLock<Vec<u8>>,
+    proto_prev: OnceLock<Vec<u8>>,
 }
 
 impl EventData {
@@ -25,6 +103,8 @@ impl EventData {
             prev,
             json: OnceLock::new(),
             json_prev: OnceLock::new(),
+            proto: OnceLock::new(),
+            proto_prev: OnceLock::new(),
         }
     }
 
@@ -50,19 +130,32 @@ impl EventData {
         } else {
             &self.json
         };
-        cell.get_or_init(|| {
-            let ev = Event {
-                kind: self.kind,
-                kv: Some(self.kv.clone()),
-                prev_kv: if with_prev { self.prev.clone() } else { None },
-            };
-            serde_json::to_string(&ev).unwrap_or_default()
-        })
+        cell.get_or_init(|| serde_json::to_string(&self.event(with_prev)).unwrap_or_default())
+    }
+}
+
+impl EventData {
+    fn event(&self, with_prev: bool) -> Event {
+        Event {
+            kind: self.kind,
+            kv: Some(self.kv.clone()),
+            prev_kv: if with_prev { self.prev.clone() } else { None },
+        }
+    }
+
+    /// The event as a protobuf `mvccpb.Event`, with `prev_kv` only when asked for.
+    pub fn proto(&self, with_prev: bool) -> &[u8] {
+        let cell = if with_prev {
+            &self.proto_prev
+        } else {
+            &self.proto
+        };
+        cell.get_or_init(|| pb::Event::from(self.event(with_prev)).encode_to_vec())
     }
 }
 
 /// `{"result":{"header":…,"watch_id":…,"events":[…]}}` built from pre-serialized events.
-pub fn events_line(
+fn events_line(
     header: &ResponseHeader,
     watch_id: i64,
     events: &[std::sync::Arc<EventData>],

@@ -14,13 +14,13 @@ use rkube_etcd_api::ResponseHeader;
 use tokio::sync::{mpsc, Notify};
 
 use crate::keyrange::KeyRange;
-use crate::watch::event::{events_line, EventData};
+use crate::watch::event::{encode_events, EventData, Wire};
 use rkube_etcd_api::EventType;
 
 /// What a stream task receives from the hub and from its catch-up tasks.
 pub enum StreamMsg {
-    /// A ready-to-send `{"result":…}` line of events; watchers that get the same events
-    /// share one serialized line.
+    /// A ready-to-send response carrying events, in the stream's wire encoding; watchers
+    /// that get the same events share one serialized response.
     Events { watch_id: i64, line: Bytes },
     /// A progress notification: every event up to `rev` has been delivered.
     Progress { watch_id: i64, rev: i64 },
@@ -55,6 +55,7 @@ impl Watcher {
 /// Per-stream state the hub needs.
 struct StreamState {
     tx: mpsc::Sender<StreamMsg>,
+    wire: Wire,
     unsynced: usize,
     progress_pending: bool,
     shared: Arc<StreamShared>,
@@ -102,7 +103,11 @@ impl Hub {
         inner.synced.len() + inner.streams.values().map(|s| s.unsynced).sum::<usize>()
     }
 
-    pub fn register_stream(&self, tx: mpsc::Sender<StreamMsg>) -> (u64, Arc<StreamShared>) {
+    pub fn register_stream(
+        &self,
+        tx: mpsc::Sender<StreamMsg>,
+        wire: Wire,
+    ) -> (u64, Arc<StreamShared>) {
         let mut inner = self.inner.lock().unwrap();
         inner.next_stream += 1;
         let id = inner.next_stream;
@@ -111,6 +116,7 @@ impl Hub {
             id,
             StreamState {
                 tx,
+                wire,
                 unsynced: 0,
                 progress_pending: false,
                 shared: shared.clone(),
@@ -250,7 +256,7 @@ impl Hub {
             revision: committed,
             ..self.ids.clone()
         };
-        let mut lines: HashMap<(i64, bool, Vec<u32>), Bytes> = HashMap::new();
+        let mut lines: HashMap<(Wire, i64, bool, Vec<u32>), Bytes> = HashMap::new();
         let mut dropped: Vec<(u64, i64, bool)> = Vec::new();
         let mut pending_cancels: Vec<u64> = Vec::new();
         for w in synced.iter_mut() {
@@ -265,11 +271,11 @@ impl Hub {
                 continue;
             };
             let line = lines
-                .entry((w.watch_id, w.prev_kv, matching))
-                .or_insert_with_key(|(watch_id, prev_kv, idx)| {
+                .entry((s.wire, w.watch_id, w.prev_kv, matching))
+                .or_insert_with_key(|(wire, watch_id, prev_kv, idx)| {
                     let evs: Vec<Arc<EventData>> =
                         idx.iter().map(|i| events[*i as usize].clone()).collect();
-                    Bytes::from(events_line(&header, *watch_id, &evs, *prev_kv))
+                    encode_events(*wire, &header, *watch_id, &evs, *prev_kv)
                 })
                 .clone();
             let msg = StreamMsg::Events {

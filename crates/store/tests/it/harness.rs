@@ -166,6 +166,24 @@ impl Server {
         }
     }
 
+    /// A gRPC channel to the server (HTTP/2 in the clear, as etcd's clients dial `http://`).
+    pub async fn grpc(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(self.url.clone())
+            .expect("a valid URL")
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("gRPC connect to {}: {e}", self.url))
+    }
+
+    /// `127.0.0.1:PORT`: the endpoint as etcdctl 3.4 must be given it for its per-endpoint
+    /// commands (with a scheme it sends `http://…` as the HTTP/2 `:authority`, which is not
+    /// an authority; HTTP/2 servers other than grpc-go's refuse the request).
+    pub fn host_port(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
     }

@@ -11,6 +11,7 @@
 //!   rkube answers full-duplex streams immediately. Tests send complete bodies and never
 //!   exercise the hangs.
 
+mod grpc;
 mod kv;
 mod lease;
 mod misc;
