@@ -34,9 +34,14 @@ pub struct Flags {
     /// ... with this key.
     #[arg(long, requires = "etcd_certfile")]
     etcd_keyfile: Option<std::path::PathBuf>,
-    /// How to talk to storage: `grpc` (etcd's gRPC API over HTTP/2, as Kubernetes does) or
-    /// `json` (etcd's JSON gateway over HTTP/1.1).
-    #[arg(long, env = "RKUBE_ETCD_TRANSPORT", default_value = "grpc", value_parser = ["grpc", "json"])]
+    /// Resources on storage of their own: comma-separated `group/resource#servers`, servers
+    /// separated by semicolons; the core group is empty (`/events#https://etcd-events:2379`).
+    #[arg(long, default_value = "")]
+    etcd_servers_overrides: String,
+    /// How to talk to storage: `grpc` (etcd's gRPC API over HTTP/2, as Kubernetes does),
+    /// `json` (etcd's JSON gateway over HTTP/1.1), or `auto`: gRPC, except to rkube-store,
+    /// whose gateway answers sooner today (docs/benchmarks.md, e2e-bench).
+    #[arg(long, env = "RKUBE_ETCD_TRANSPORT", default_value = "auto", value_parser = ["auto", "grpc", "json"])]
     etcd_transport: String,
     /// Give up if storage is unreachable this long at startup.
     #[arg(long, default_value = "30s")]
@@ -187,7 +192,14 @@ pub async fn run(f: Flags, shutdown: rkube_daemon::ShutdownToken) -> anyhow::Res
             identity_pem,
         });
     }
-    config.etcd_grpc = f.etcd_transport == "grpc";
+    config.etcd_transport = match f.etcd_transport.as_str() {
+        "grpc" => crate::Transport::Grpc,
+        "json" => crate::Transport::Json,
+        _ => crate::Transport::Auto,
+    };
+    config.etcd_servers_overrides =
+        crate::overrides::parse(&f.etcd_servers_overrides, rkube_api::RESOURCES)
+            .map_err(|e| anyhow::anyhow!("--etcd-servers-overrides: {e}"))?;
     config.storage_timeout = f.storage_startup_timeout.into();
     config.event_ttl = f.event_ttl.into();
     config.compaction_interval = f.etcd_compaction_interval.into();

@@ -19,6 +19,7 @@ pub mod http;
 pub mod inflight;
 pub mod kinds;
 pub mod metrics;
+pub mod overrides;
 pub mod pki;
 pub mod reconcile;
 pub mod registry;
@@ -55,8 +56,10 @@ pub struct Config {
     pub etcd_servers: Vec<String>,
     /// TLS to https:// storage endpoints (`--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`).
     pub etcd_tls: Option<rkube_etcd_api::ClientTls>,
-    /// Storage over etcd's gRPC API (else its JSON gateway).
-    pub etcd_grpc: bool,
+    /// How the apiserver talks to storage (`--etcd-transport`).
+    pub etcd_transport: Transport,
+    /// Resources kept on other servers (`--etcd-servers-overrides`).
+    pub etcd_servers_overrides: Vec<overrides::Override>,
     pub etcd_prefix: String,
     /// How long to wait for storage at startup before giving up.
     pub storage_timeout: Duration,
@@ -108,7 +111,8 @@ impl Config {
         Config {
             etcd_servers,
             etcd_tls: None,
-            etcd_grpc: true,
+            etcd_transport: Transport::Auto,
+            etcd_servers_overrides: Vec::new(),
             etcd_prefix: "/registry".into(),
             storage_timeout: Duration::from_secs(30),
             event_ttl: Duration::from_secs(3600),
@@ -139,21 +143,18 @@ impl Config {
 /// Whether the cache may rely on progress requests: the storage answers them mid-stream and
 /// in order with its events. Over gRPC every server answers, but etcd before 3.4.31 and
 /// 3.5.13 could report a revision before delivering the events up to it (etcd#15220;
-/// upstream's storage feature checker trusts those versions on); rkube-store queues the
-/// answer behind its events. On the JSON gateway rkube-store answers and etcd's gateway
+/// upstream's storage feature checker trusts those versions on, on every endpoint);
+/// rkube-store (known by its `x-rkube-store` header) queues the answer behind its events. On the JSON gateway rkube-store answers and etcd's gateway
 /// answers nothing until the request body ends.
 async fn supports_progress_requests(client: &EtcdClient) -> bool {
     if client.is_grpc() {
-        let Ok(status) = client.status().await else {
-            return false;
-        };
-        if progress_fixed(&status.version) {
-            return true;
-        }
-        return client
-            .member_names()
-            .await
-            .is_ok_and(|names| !names.is_empty() && names.iter().all(|n| n == "rkube-store"));
+        // Every endpoint must qualify (one that does not answer disqualifies: reads then go
+        // to storage, which is always correct).
+        let statuses = client.endpoint_statuses().await;
+        return statuses.iter().all(|s| {
+            s.as_ref()
+                .is_ok_and(|s| s.rkube_store || progress_fixed(&s.version))
+        });
     }
     let create = WatchCreateRequest {
         key: b"/rkube-probe".to_vec(),
@@ -186,6 +187,63 @@ fn progress_fixed(version: &str) -> bool {
     }
 }
 
+/// A client of one storage cluster (`servers`), with the call metrics, once it answers; and
+/// whether progress requests can be relied on there.
+async fn connect_storage(
+    config: &Config,
+    servers: &[String],
+    registry: &Arc<rkube_daemon::metrics::Registry>,
+) -> anyhow::Result<(EtcdClient, bool)> {
+    let tls = config.etcd_tls.as_ref();
+    let client = match config.etcd_transport {
+        Transport::Json => EtcdClient::with_tls(servers, tls),
+        Transport::Grpc | Transport::Auto => EtcdClient::grpc(servers, tls),
+    }
+    .context("etcd client")?;
+    wait_for_storage(&client, config.storage_timeout).await?;
+    let client = if config.etcd_transport == Transport::Auto
+        && client
+            .endpoint_statuses()
+            .await
+            .iter()
+            .all(|s| s.as_ref().is_ok_and(|s| s.rkube_store))
+    {
+        EtcdClient::with_tls(servers, tls).context("etcd client")?
+    } else {
+        client
+    };
+    let duplex = match config.progress_requests {
+        Some(v) => v,
+        None => supports_progress_requests(&client).await,
+    };
+    tracing::info!(
+        ?servers,
+        grpc = client.is_grpc(),
+        progress_requests = duplex,
+        "connected to storage"
+    );
+    let reg = registry.clone();
+    let client = client.with_observer(Arc::new(move |path: &str, took: Duration, ok: bool| {
+        let op = path.rsplit('/').next().unwrap_or(path);
+        reg.histogram(
+            "etcd_request_duration_seconds",
+            "Storage call latency by operation.",
+            &[("operation", op)],
+            rkube_daemon::metrics::LATENCY_BUCKETS,
+        )
+        .observe_duration(took);
+        if !ok {
+            reg.counter(
+                "etcd_request_errors_total",
+                "Failed storage calls by operation.",
+                &[("operation", op)],
+            )
+            .inc();
+        }
+    }));
+    Ok((client, duplex))
+}
+
 async fn wait_for_storage(client: &EtcdClient, timeout: Duration) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
@@ -204,46 +262,26 @@ async fn wait_for_storage(client: &EtcdClient, timeout: Duration) -> anyhow::Res
     }
 }
 
+/// Storage's wire (`--etcd-transport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// etcd's gRPC API (HTTP/2, protobuf), as Kubernetes speaks to etcd.
+    Grpc,
+    /// etcd's JSON gateway (HTTP/1.1).
+    Json,
+    /// gRPC, except to rkube-store (every endpoint answering with `x-rkube-store`), whose
+    /// JSON gateway answers sooner today: measured side by side in docs/benchmarks.md.
+    Auto,
+}
+
 /// Serves the API on `listener` until `shutdown` is cancelled.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: ShutdownToken,
 ) -> anyhow::Result<()> {
-    let client = if config.etcd_grpc {
-        EtcdClient::grpc(&config.etcd_servers, config.etcd_tls.as_ref())
-    } else {
-        EtcdClient::with_tls(&config.etcd_servers, config.etcd_tls.as_ref())
-    }
-    .context("etcd client")?;
-    wait_for_storage(&client, config.storage_timeout).await?;
-    let duplex = match config.progress_requests {
-        Some(v) => v,
-        None => supports_progress_requests(&client).await,
-    };
-    tracing::info!(servers = ?config.etcd_servers, grpc = config.etcd_grpc, progress_requests = duplex, "connected to storage");
     let registry = rkube_daemon::metrics::Registry::new();
-    let client = {
-        let reg = registry.clone();
-        client.with_observer(Arc::new(move |path: &str, took: Duration, ok: bool| {
-            let op = path.rsplit('/').next().unwrap_or(path);
-            reg.histogram(
-                "etcd_request_duration_seconds",
-                "Storage call latency by operation.",
-                &[("operation", op)],
-                rkube_daemon::metrics::LATENCY_BUCKETS,
-            )
-            .observe_duration(took);
-            if !ok {
-                reg.counter(
-                    "etcd_request_errors_total",
-                    "Failed storage calls by operation.",
-                    &[("operation", op)],
-                )
-                .inc();
-            }
-        }))
-    };
+    let (client, duplex) = connect_storage(&config, &config.etcd_servers, &registry).await?;
     let transformer = match &config.encryption_config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -254,7 +292,27 @@ pub async fn run(
         }
         None => encryption::Transformer::default(),
     };
-    let storage = Arc::new(Storage::with_transformer(client.clone(), transformer));
+    let transformer = Arc::new(transformer);
+    let storage = Arc::new(Storage::with_transformer(
+        client.clone(),
+        transformer.clone(),
+    ));
+    // `--etcd-servers-overrides`: a client and storage per distinct server list.
+    let mut backends: Vec<(Vec<String>, Arc<Storage>, bool)> = Vec::new();
+    for o in &config.etcd_servers_overrides {
+        if backends.iter().any(|(servers, ..)| *servers == o.servers) {
+            continue;
+        }
+        let (c, d) = connect_storage(&config, &o.servers, &registry).await?;
+        let s = Arc::new(Storage::with_transformer(c, transformer.clone()));
+        backends.push((o.servers.clone(), s, d));
+    }
+    let storage_for = |def: &rkube_api::resources::ResourceDef| {
+        overrides::for_def(&config.etcd_servers_overrides, def, RESOURCES)
+            .and_then(|o| backends.iter().find(|(servers, ..)| *servers == o.servers))
+            .map(|(_, s, d)| (s.clone(), *d))
+            .unwrap_or_else(|| (storage.clone(), duplex))
+    };
     let metrics = Arc::new(metrics::ApiMetrics::new(registry.clone()));
 
     let plugins = admission::plugins(
@@ -265,14 +323,15 @@ pub async fn run(
     let mut registries = registry::Registries::default();
     let mut caches: Vec<Arc<Cacher>> = Vec::new();
     for def in RESOURCES {
+        let (def_storage, def_duplex) = storage_for(def);
         let cache = def.watch_cached.then(|| {
             let c = Cacher::new(
                 def,
                 kinds::StrategyRef::Builtin(kinds::of(def)),
                 &config.etcd_prefix,
-                storage.clone(),
+                def_storage.clone(),
                 config.cache.clone(),
-                duplex,
+                def_duplex,
             );
             tokio::spawn(cache::feed::run(c.clone(), shutdown.clone()));
             caches.push(c.clone());
@@ -281,7 +340,7 @@ pub async fn run(
         let reg = Registry::new(
             def,
             kinds::StrategyRef::Builtin(kinds::of(def)),
-            storage.clone(),
+            def_storage,
             cache,
             &config.etcd_prefix,
             config.event_ttl,
@@ -401,11 +460,16 @@ pub async fn run(
         .run(shutdown.clone()),
     );
     if !config.compaction_interval.is_zero() {
-        tokio::spawn(compactor::run(
-            client.clone(),
-            config.compaction_interval,
-            shutdown.clone(),
-        ));
+        // Each storage cluster keeps its own compaction (upstream runs one per etcd).
+        let clients = std::iter::once(client.clone())
+            .chain(backends.iter().map(|(_, s, _)| s.client.clone()));
+        for c in clients {
+            tokio::spawn(compactor::run(
+                c,
+                config.compaction_interval,
+                shutdown.clone(),
+            ));
+        }
     }
     let ready = Ready::default();
     {

@@ -4,7 +4,7 @@
 //! compactor. Values are stored without `metadata.resourceVersion`; the RV is `mod_revision`.
 //! Values pass through the encryption-at-rest transformer on their way in and out.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rkube_api::{meta, ApiError, ResourceDef};
@@ -84,8 +84,9 @@ pub enum Cas {
 pub struct Storage {
     pub client: EtcdClient,
     leases: Mutex<LeaseCache>,
-    /// Encryption at rest (no resources configured: values pass unchanged).
-    pub transformer: crate::encryption::Transformer,
+    /// Encryption at rest (no resources configured: values pass unchanged); shared by the
+    /// storages of `--etcd-servers-overrides`.
+    pub transformer: Arc<crate::encryption::Transformer>,
 }
 
 #[derive(Default)]
@@ -100,12 +101,12 @@ const LEASE_MAX_OBJECTS: usize = 1000;
 
 impl Storage {
     pub fn new(client: EtcdClient) -> Self {
-        Storage::with_transformer(client, crate::encryption::Transformer::default())
+        Storage::with_transformer(client, Default::default())
     }
 
     pub fn with_transformer(
         client: EtcdClient,
-        transformer: crate::encryption::Transformer,
+        transformer: Arc<crate::encryption::Transformer>,
     ) -> Self {
         Storage {
             client,

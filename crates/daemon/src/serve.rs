@@ -66,7 +66,7 @@ impl Default for Limits {
             write_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
             http2: false,
-            max_concurrent_streams: 4096,
+            max_concurrent_streams: 1000,
         }
     }
 }
@@ -236,6 +236,11 @@ struct Activity {
     write_blocked_since: AtomicU64,
     /// Requests whose responses are not finished.
     in_flight: AtomicUsize,
+    /// The connection speaks HTTP/2 (learnt from its first request): its frames (PINGs,
+    /// WINDOW_UPDATEs) arrive between requests, so no head clock, and it idles by requests.
+    h2: std::sync::atomic::AtomicBool,
+    /// Milliseconds since `epoch` of the last request's start or end.
+    last_request: AtomicU64,
 }
 
 impl Activity {
@@ -261,6 +266,8 @@ async fn connection<I, P>(
         last_progress: AtomicU64::new(1),
         write_blocked_since: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
+        h2: std::sync::atomic::AtomicBool::new(false),
+        last_request: AtomicU64::new(1),
     });
     let io = Watched {
         inner: io,
@@ -271,8 +278,14 @@ async fn connection<I, P>(
         let mut req = req.map(axum::body::Body::new);
         req.extensions_mut().insert(ConnectInfo(peer.clone()));
         let activity = service_activity.clone();
+        if req.version() == hyper::Version::HTTP_2 {
+            activity.h2.store(true, Ordering::SeqCst);
+        }
         activity.in_flight.fetch_add(1, Ordering::SeqCst);
         activity.head_since.store(0, Ordering::SeqCst);
+        activity
+            .last_request
+            .store(activity.now(), Ordering::Relaxed);
         let guard = InFlight(activity);
         let mut router = router.clone();
         async move {
@@ -292,9 +305,13 @@ async fn connection<I, P>(
         let mut builder =
             hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
         builder.http1().keep_alive(true);
+        // PINGs find peers that vanished (a half-open connection would hold its quiet
+        // watches for ever); unanswered within 20 s, the connection closes.
         builder
             .http2()
             .timer(hyper_util::rt::TokioTimer::new())
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+            .keep_alive_timeout(Duration::from_secs(20))
             .max_concurrent_streams(limits.max_concurrent_streams);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         let conn = std::pin::pin!(conn);
@@ -350,6 +367,16 @@ async fn watch_connection<C, E>(
                     return;
                 }
                 let idle = activity.in_flight.load(Ordering::SeqCst) == 0;
+                if activity.h2.load(Ordering::SeqCst) {
+                    // No request for `idle_timeout`: GOAWAY, so the client opens a new
+                    // connection for its next call instead of racing a close.
+                    let since = now.saturating_sub(activity.last_request.load(Ordering::Relaxed));
+                    if idle && !shutting_down && since > limits.idle_timeout.as_millis() as u64 {
+                        shutting_down = true;
+                        graceful(conn.as_mut());
+                    }
+                    continue;
+                }
                 let head = activity.head_since.load(Ordering::SeqCst);
                 if idle && head != 0 && now.saturating_sub(head) > limits.header_read_timeout.as_millis() as u64 {
                     tracing::debug!("closing a connection whose request head is late");
@@ -371,6 +398,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.0.last_progress.store(self.0.now(), Ordering::Relaxed);
+        self.0.last_request.store(self.0.now(), Ordering::Relaxed);
     }
 }
 
@@ -418,8 +446,9 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
             let a = &self.activity;
             let now = a.now();
             a.last_progress.store(now, Ordering::Relaxed);
-            // The first byte of a request head while none is in flight starts its clock.
-            if a.in_flight.load(Ordering::SeqCst) == 0 {
+            // The first byte of a request head while none is in flight starts its clock
+            // (HTTP/1.1; HTTP/2 connections send frames between requests).
+            if a.in_flight.load(Ordering::SeqCst) == 0 && !a.h2.load(Ordering::SeqCst) {
                 let _ = a
                     .head_since
                     .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);

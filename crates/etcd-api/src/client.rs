@@ -41,8 +41,15 @@ enum Transport {
         http: reqwest::Client,
         stream_http: reqwest::Client,
     },
-    /// A channel per endpoint, in `endpoints`' order.
-    Grpc(Vec<Channel>),
+    /// Each endpoint's connections, in `endpoints`' order.
+    Grpc(Arc<Vec<grpc::Pool>>),
+}
+
+/// What one endpoint says of itself.
+#[derive(Clone, Debug)]
+pub struct EndpointStatus {
+    pub version: String,
+    pub rkube_store: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -108,12 +115,12 @@ impl EtcdClient {
         if endpoints.is_empty() {
             return Err(EtcdError::Transport("no etcd endpoints given".into()));
         }
-        let channels = grpc::channels(
+        let pools = grpc::pools(
             &endpoints,
             tls.and_then(|t| t.ca_pem.as_deref()),
             tls.and_then(|t| t.identity_pem.as_deref()),
         )?;
-        Ok(Self::build(&endpoints, Transport::Grpc(channels)))
+        Ok(Self::build(&endpoints, Transport::Grpc(Arc::new(pools))))
     }
 
     fn build(endpoints: &[String], transport: Transport) -> Self {
@@ -177,7 +184,7 @@ impl EtcdClient {
         let started = std::time::Instant::now();
         let r = match &self.inner.transport {
             Transport::Json { http, .. } => self.call_json(http, path, req).await,
-            Transport::Grpc(channels) => self.call_grpc(channels, req.clone().into(), rpc).await,
+            Transport::Grpc(pools) => self.call_grpc(pools, req.clone().into(), rpc).await,
         };
         if let Some(o) = &self.inner.observer {
             o(path, started.elapsed(), r.is_ok());
@@ -188,7 +195,7 @@ impl EtcdClient {
     /// Tries each endpoint from the current one; only a call that reached no server moves on.
     async fn call_grpc<P, Q, Resp, F, Fut>(
         &self,
-        channels: &[Channel],
+        pools: &[grpc::Pool],
         req: P,
         rpc: F,
     ) -> Result<Resp, EtcdError>
@@ -199,7 +206,7 @@ impl EtcdClient {
         Fut: Future<Output = Result<tonic::Response<Q>, tonic::Status>>,
     {
         let mut last = None;
-        let n = channels.len();
+        let n = pools.len();
         let mut req = Some(req);
         for (attempt, (idx, _)) in self.endpoint_order().enumerate() {
             // The request moves into the last attempt; earlier ones send a copy.
@@ -209,7 +216,7 @@ impl EtcdClient {
                 req.clone()
             };
             let Some(this) = this else { break };
-            match tokio::time::timeout(CALL_TIMEOUT, rpc(channels[idx].clone(), this)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, rpc(pools[idx].pick(), this)).await {
                 Ok(Ok(resp)) => {
                     self.inner.current.store(idx, Ordering::Relaxed);
                     return Ok(resp.into_inner().into());
@@ -262,13 +269,19 @@ impl EtcdClient {
 
     pub async fn range(&self, req: &RangeRequest) -> Result<RangeResponse, EtcdError> {
         self.call("/v3/kv/range", req, |c, r: pb::RangeRequest| async move {
-            pb::kv_client::KvClient::new(c).range(r).await
+            pb::kv_client::KvClient::new(c)
+                .max_decoding_message_size(grpc::MAX_RESPONSE)
+                .range(r)
+                .await
         })
         .await
     }
     pub async fn put(&self, req: &PutRequest) -> Result<PutResponse, EtcdError> {
         self.call("/v3/kv/put", req, |c, r: pb::PutRequest| async move {
-            pb::kv_client::KvClient::new(c).put(r).await
+            pb::kv_client::KvClient::new(c)
+                .max_decoding_message_size(grpc::MAX_RESPONSE)
+                .put(r)
+                .await
         })
         .await
     }
@@ -280,14 +293,20 @@ impl EtcdClient {
             "/v3/kv/deleterange",
             req,
             |c, r: pb::DeleteRangeRequest| async move {
-                pb::kv_client::KvClient::new(c).delete_range(r).await
+                pb::kv_client::KvClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
+                    .delete_range(r)
+                    .await
             },
         )
         .await
     }
     pub async fn txn(&self, req: &TxnRequest) -> Result<TxnResponse, EtcdError> {
         self.call("/v3/kv/txn", req, |c, r: pb::TxnRequest| async move {
-            pb::kv_client::KvClient::new(c).txn(r).await
+            pb::kv_client::KvClient::new(c)
+                .max_decoding_message_size(grpc::MAX_RESPONSE)
+                .txn(r)
+                .await
         })
         .await
     }
@@ -296,7 +315,10 @@ impl EtcdClient {
             "/v3/kv/compaction",
             req,
             |c, r: pb::CompactionRequest| async move {
-                pb::kv_client::KvClient::new(c).compact(r).await
+                pb::kv_client::KvClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
+                    .compact(r)
+                    .await
             },
         )
         .await
@@ -309,7 +331,10 @@ impl EtcdClient {
             "/v3/lease/grant",
             req,
             |c, r: pb::LeaseGrantRequest| async move {
-                pb::lease_client::LeaseClient::new(c).lease_grant(r).await
+                pb::lease_client::LeaseClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
+                    .lease_grant(r)
+                    .await
             },
         )
         .await
@@ -320,7 +345,10 @@ impl EtcdClient {
             "/v3/lease/revoke",
             &req,
             |c, r: pb::LeaseRevokeRequest| async move {
-                pb::lease_client::LeaseClient::new(c).lease_revoke(r).await
+                pb::lease_client::LeaseClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
+                    .lease_revoke(r)
+                    .await
             },
         )
         .await
@@ -334,6 +362,7 @@ impl EtcdClient {
             req,
             |c, r: pb::LeaseTimeToLiveRequest| async move {
                 pb::lease_client::LeaseClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
                     .lease_time_to_live(r)
                     .await
             },
@@ -345,7 +374,10 @@ impl EtcdClient {
             "/v3/lease/leases",
             &Empty {},
             |c, r: pb::LeaseLeasesRequest| async move {
-                pb::lease_client::LeaseClient::new(c).lease_leases(r).await
+                pb::lease_client::LeaseClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
+                    .lease_leases(r)
+                    .await
             },
         )
         .await
@@ -356,6 +388,7 @@ impl EtcdClient {
             &Empty {},
             |c, r: pb::StatusRequest| async move {
                 pb::maintenance_client::MaintenanceClient::new(c)
+                    .max_decoding_message_size(grpc::MAX_RESPONSE)
                     .status(r)
                     .await
             },
@@ -363,21 +396,29 @@ impl EtcdClient {
         .await
     }
 
-    /// The members' names (gRPC only: rkube-store's gateway does not serve the member list).
-    pub async fn member_names(&self) -> Result<Vec<String>, EtcdError> {
-        let Transport::Grpc(channels) = &self.inner.transport else {
-            return Err(EtcdError::Transport(
-                "the member list needs the gRPC transport".into(),
-            ));
+    /// Each endpoint's server version, and whether it is rkube-store (which marks its gRPC
+    /// responses with `x-rkube-store`), in `endpoints`' order (gRPC only).
+    pub async fn endpoint_statuses(&self) -> Vec<Result<EndpointStatus, EtcdError>> {
+        let Transport::Grpc(pools) = &self.inner.transport else {
+            return vec![Err(EtcdError::Transport(
+                "endpoint statuses need the gRPC transport".into(),
+            ))];
         };
-        let ch = channels[self.inner.current.load(Ordering::Relaxed) % channels.len()].clone();
-        let mut cluster = pb::cluster_client::ClusterClient::new(ch);
-        let call = cluster.member_list(pb::MemberListRequest::default());
-        match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Ok(Ok(r)) => Ok(r.into_inner().members.into_iter().map(|m| m.name).collect()),
-            Ok(Err(s)) => Err(grpc::status_error(s)),
-            Err(_) => Err(EtcdError::Transport("no member list in 30 s".into())),
+        let mut out = Vec::with_capacity(pools.len());
+        for pool in pools.iter() {
+            let mut m = pb::maintenance_client::MaintenanceClient::new(pool.pick())
+                .max_decoding_message_size(grpc::MAX_RESPONSE);
+            let call = m.status(pb::StatusRequest {});
+            out.push(match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                Ok(Ok(r)) => Ok(EndpointStatus {
+                    rkube_store: r.metadata().contains_key(grpc::RKUBE_STORE_HEADER),
+                    version: r.into_inner().version,
+                }),
+                Ok(Err(s)) => Err(grpc::status_error(s)),
+                Err(_) => Err(EtcdError::Transport("no status in 30 s".into())),
+            });
         }
+        out
     }
 
     pub async fn lease_keep_alive_once(
@@ -386,9 +427,8 @@ impl EtcdClient {
     ) -> Result<LeaseKeepAliveResponse, EtcdError> {
         let http = match &self.inner.transport {
             Transport::Json { http, .. } => http,
-            Transport::Grpc(channels) => {
-                let ch =
-                    channels[self.inner.current.load(Ordering::Relaxed) % channels.len()].clone();
+            Transport::Grpc(pools) => {
+                let ch = pools[self.inner.current.load(Ordering::Relaxed) % pools.len()].pick();
                 return grpc::keep_alive_once(ch, id).await;
             }
         };
@@ -454,8 +494,8 @@ impl EtcdClient {
                 Transport::Json { stream_http, .. } => {
                     watch::open(stream_http, ep, requests.clone(), duplex).await
                 }
-                Transport::Grpc(channels) => {
-                    watch::open_grpc(channels[idx].clone(), requests.clone()).await
+                Transport::Grpc(pools) => {
+                    watch::open_grpc(pools[idx].pick(), requests.clone()).await
                 }
             };
             match opened {

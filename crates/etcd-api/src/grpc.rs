@@ -8,13 +8,64 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::error::{grpc_code, EtcdError};
 
+/// The response header rkube-store puts on its gRPC answers (its version): clients that
+/// depend on rkube-store's behaviour where etcd versions differ (progress notifications in
+/// order with events) can tell it from an etcd.
+pub const RKUBE_STORE_HEADER: &str = "x-rkube-store";
+
+/// The largest response a client takes (etcd's client: 2 GiB; tonic's default 4 MiB would
+/// refuse a page of large objects or a replayed batch of events).
+pub(crate) const MAX_RESPONSE: usize = i32::MAX as usize;
+
 /// How long a unary call may take (the JSON transport's timeout).
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections per endpoint: one HTTP/2 connection carries every call in one task on each
+/// side, which limits a busy apiserver; calls and watches go round the connections.
+const CONNECTIONS: usize = 4;
+
+/// An endpoint's connections.
+pub(crate) struct Pool {
+    conns: Vec<Channel>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Pool {
+    /// The connection for the next call.
+    pub(crate) fn pick(&self) -> Channel {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.conns[i % self.conns.len()].clone()
+    }
+}
+
+/// `CONNECTIONS` lazily connected channels per endpoint.
+pub(crate) fn pools(
+    endpoints: &[String],
+    ca_pem: Option<&[u8]>,
+    identity_pem: Option<&[u8]>,
+) -> Result<Vec<Pool>, EtcdError> {
+    let mut pools = Vec::with_capacity(endpoints.len());
+    for _ in endpoints {
+        pools.push(Pool {
+            conns: Vec::with_capacity(CONNECTIONS),
+            next: Default::default(),
+        });
+    }
+    for _ in 0..CONNECTIONS {
+        for (pool, ch) in pools
+            .iter_mut()
+            .zip(channels(endpoints, ca_pem, identity_pem)?)
+        {
+            pool.conns.push(ch);
+        }
+    }
+    Ok(pools)
+}
 
 /// A channel per endpoint, connected on first use and reconnected by tonic after a failure.
 /// `https://` endpoints are verified with `ca_pem` and shown `identity_pem` (a certificate
 /// chain and its key in one PEM).
-pub(crate) fn channels(
+fn channels(
     endpoints: &[String],
     ca_pem: Option<&[u8]>,
     identity_pem: Option<&[u8]>,
@@ -99,6 +150,7 @@ pub(crate) async fn keep_alive_once(
     let _ = tx.send(crate::pb::LeaseKeepAliveRequest { id }).await;
     let call = async {
         let mut responses = crate::pb::lease_client::LeaseClient::new(ch)
+            .max_decoding_message_size(MAX_RESPONSE)
             .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await?
             .into_inner();

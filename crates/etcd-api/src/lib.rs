@@ -15,6 +15,6 @@ pub mod pb;
 pub mod types;
 pub mod watch;
 
-pub use client::{ClientTls, EtcdClient, EtcdError};
+pub use client::{ClientTls, EndpointStatus, EtcdClient, EtcdError};
 pub use types::*;
 pub use watch::{WatchReceiver, WatchSender};

@@ -153,7 +153,8 @@ pub(crate) async fn open_grpc(
             .await
             .map_err(|_| EtcdError::Transport("closed".into()))?;
     }
-    let mut client = pb::watch_client::WatchClient::new(channel);
+    let mut client = pb::watch_client::WatchClient::new(channel)
+        .max_decoding_message_size(crate::grpc::MAX_RESPONSE);
     let call = client.watch(tokio_stream::wrappers::ReceiverStream::new(rx));
     let responses = tokio::time::timeout(crate::grpc::CALL_TIMEOUT, call)
         .await

@@ -114,6 +114,13 @@ pub fn identify() -> rkube_daemon::serve::Identify<Client> {
     })
 }
 
+/// A gRPC call (answered with gRPC statuses, not the gateway's JSON).
+fn is_grpc(req: &Request) -> bool {
+    req.headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// Refuses requests whose client certificate does not have the allowed common name (etcd's
 /// `--client-cert-allowed-cn`), with gRPC's Unauthenticated.
 pub async fn require_cn(allowed: String, req: Request, next: axum::middleware::Next) -> Response {
@@ -126,6 +133,9 @@ pub async fn require_cn(allowed: String, req: Request, next: axum::middleware::N
             "etcdserver: client certificate common name {:?} is not allowed",
             cn.unwrap_or_default()
         );
+        if is_grpc(&req) {
+            return tonic::Status::unauthenticated(msg).into_http();
+        }
         let body = serde_json::json!({"error": msg, "message": msg, "code": 16});
         return (
             StatusCode::UNAUTHORIZED,
@@ -140,11 +150,7 @@ pub async fn require_cn(allowed: String, req: Request, next: axum::middleware::N
 /// Routes requests the way etcd's HTTP mux does, including its 404 and 405 bodies.
 async fn dispatch(State(app): State<App>, req: Request) -> Response {
     // gRPC calls to services or methods the store does not serve (Auth, member changes).
-    let grpc = req
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if grpc {
+    if is_grpc(&req) {
         let msg = format!("unknown method {}", req.uri().path());
         return tonic::Status::unimplemented(msg).into_http();
     }

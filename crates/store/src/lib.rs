@@ -149,6 +149,12 @@ pub async fn run(
         }),
         shutdown: shutdown.clone(),
         client_urls: vec![format!("{scheme}://{}", listener.local_addr()?)],
+        snapshots: Arc::new(tokio::sync::Semaphore::new(grpc::SNAPSHOTS_AT_ONCE)),
+        snapshot_dir: if config.ephemeral {
+            std::env::temp_dir()
+        } else {
+            config.data_dir.clone()
+        },
     };
     tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), ephemeral = config.ephemeral, "rkube-store serving");
     // gRPC is HTTP/2: offered by ALPN over TLS (and read from h2c's preface in the clear).

@@ -31,6 +31,11 @@ pub struct App {
     pub shutdown: ShutdownToken,
     /// The URLs clients reach this member on (MemberList's clientURLs).
     pub client_urls: Vec<String>,
+    /// Snapshots in progress (Maintenance.Snapshot), bounded.
+    pub snapshots: Arc<tokio::sync::Semaphore>,
+    /// Where snapshots are staged: the data directory (the system's temporary one when
+    /// ephemeral).
+    pub snapshot_dir: std::path::PathBuf,
 }
 
 /// etcd's limit on the raft proposal carrying a write (`--max-request-bytes`).

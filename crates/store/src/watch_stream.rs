@@ -135,7 +135,9 @@ async fn run_stream(
             req = requests.next(), if reading => match req {
                 Some(Ok(r)) => if !ctx.handle_request(r).await { break },
                 // The end of the request body (or garbage in it) stops reading requests; the
-                // watches already created keep streaming.
+                // watches already created keep streaming. A gRPC stream that sends garbage
+                // ends (etcd ends it with the error) rather than ignoring later requests.
+                Some(Err(_)) if wire == Wire::Proto => break,
                 Some(Err(_)) | None => reading = false,
             },
             msg = msg_rx.recv() => match msg {

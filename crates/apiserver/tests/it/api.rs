@@ -1199,3 +1199,74 @@ async fn storage_endpoint_failover_rkube() {
 async fn storage_endpoint_failover_etcd() {
     endpoint_failover(Backend::Etcd).await;
 }
+
+/// `--etcd-servers-overrides=/events#…`: Events (core and events.k8s.io) live on their own
+/// storage, everything else on the main one; both are served, listed and watched as usual.
+async fn events_on_their_own_storage(backend: Backend) {
+    let (_events_store, events_url) = start_storage(Backend::Rkube).await.unwrap();
+    let overrides =
+        rkube_apiserver::overrides::parse(&format!("/events#{events_url}"), rkube_api::RESOURCES)
+            .unwrap();
+    let Some(c) = Cluster::start(backend, |cfg| cfg.etcd_servers_overrides = overrides).await
+    else {
+        return;
+    };
+    let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "Tested", "message": "on its own storage", "type": "Normal"});
+    let (code, body) = c.post("/api/v1/namespaces/default/events", &ev).await;
+    assert_eq!(code, 201, "{body}");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "main"}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/configmaps", &cm).await.0,
+        201
+    );
+    let keys = |url: String| async move {
+        let client = rkube_etcd_api::EtcdClient::grpc(&[url], None).unwrap();
+        let r = client
+            .range(&rkube_etcd_api::RangeRequest {
+                key: b"/registry/".to_vec(),
+                range_end: b"/registry0".to_vec(),
+                keys_only: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        r.kvs
+            .into_iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .collect::<Vec<_>>()
+    };
+    let on_events = keys(events_url.clone()).await;
+    let on_main = keys(c.storage_url.clone()).await;
+    assert!(
+        on_events.contains(&"/registry/events/default/e1".to_string()),
+        "{on_events:?}"
+    );
+    assert!(
+        on_events.iter().all(|k| k.starts_with("/registry/events/")),
+        "{on_events:?}"
+    );
+    assert!(
+        !on_main.iter().any(|k| k.starts_with("/registry/events/")),
+        "{on_main:?}"
+    );
+    assert!(on_main.contains(&"/registry/configmaps/default/main".to_string()));
+    // Both API groups' Events read the overridden storage, through their caches.
+    let (_, list) = c.get("/api/v1/namespaces/default/events").await;
+    assert_eq!(list["items"][0]["metadata"]["name"], "e1", "{list}");
+    let (_, list) = c
+        .get("/apis/events.k8s.io/v1/namespaces/default/events")
+        .await;
+    assert_eq!(list["items"][0]["note"], "on its own storage", "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_on_their_own_storage_rkube() {
+    events_on_their_own_storage(Backend::Rkube).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_on_their_own_storage_etcd() {
+    events_on_their_own_storage(Backend::Etcd).await;
+}

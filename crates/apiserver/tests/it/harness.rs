@@ -15,7 +15,8 @@ pub enum Backend {
     Etcd,
 }
 
-enum Storage {
+/// A storage server for a test; stopped when dropped.
+pub enum Storage {
     Rkube {
         _dir: tempfile::TempDir,
         shutdown: ShutdownToken,
@@ -32,6 +33,14 @@ pub struct Cluster {
     pub storage_url: String,
     api_shutdown: ShutdownToken,
     storage: Storage,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Storage::Rkube { shutdown, .. } = self {
+            shutdown.cancel();
+        }
+    }
 }
 
 impl Drop for Cluster {
@@ -102,7 +111,7 @@ pub fn etcd_bin() -> Option<String> {
     Some(bin)
 }
 
-async fn start_storage(backend: Backend) -> Option<(Storage, String)> {
+pub async fn start_storage(backend: Backend) -> Option<(Storage, String)> {
     match backend {
         Backend::Rkube => {
             let dir = tempfile::tempdir().unwrap();
@@ -171,6 +180,9 @@ impl Cluster {
     ) -> Option<Cluster> {
         let (storage, storage_url) = start_storage(backend).await?;
         let mut cfg = rkube_apiserver::Config::new(vec![storage_url.clone()]);
+        // gRPC to both backends (`auto` would take rkube-store's gateway; the e2e suite and
+        // the JSON cases in watch.rs run that).
+        cfg.etcd_transport = rkube_apiserver::Transport::Grpc;
         cfg.cache.bookmark_interval = Duration::from_secs(1);
         cfg.disable_admission_plugins = without_controllers();
         tweak(&mut cfg);

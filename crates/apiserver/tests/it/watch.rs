@@ -580,9 +580,13 @@ async fn bookmark_before_deadline_etcd() {
 }
 
 /// The JSON gateway transport (`--etcd-transport json`) still serves the list-watch paths on
-/// both backends (gRPC, the default, runs every other case).
+/// both backends (gRPC runs every other case here; `auto` picks the gateway for rkube-store).
 async fn over_the_json_gateway(backend: Backend) {
-    let Some(c) = Cluster::start(backend, |cfg| cfg.etcd_grpc = false).await else {
+    let Some(c) = Cluster::start(backend, |cfg| {
+        cfg.etcd_transport = rkube_apiserver::Transport::Json
+    })
+    .await
+    else {
         return;
     };
     // (streaming_list first: it expects only its own pods.)

@@ -80,6 +80,17 @@ async fn spawn(
 impl Cluster {
     /// `limits`: upstream-like client limits for the controller-manager and scheduler.
     async fn start(f: &Flags, etcd: bool, limits: bool, nodes: usize) -> anyhow::Result<Cluster> {
+        Self::start_over(f, etcd, "grpc", limits, nodes).await
+    }
+
+    /// `transport`: the apiserver's `--etcd-transport` (grpc or json).
+    async fn start_over(
+        f: &Flags,
+        etcd: bool,
+        transport: &str,
+        limits: bool,
+        nodes: usize,
+    ) -> anyhow::Result<Cluster> {
         let b = |n: &str| f.bin_dir.join(n);
         let storage = if etcd {
             start_etcd(&f.etcd_bin).await?
@@ -87,7 +98,10 @@ impl Cluster {
             start_rkube_store(&b("rkube-store")).await?
         };
         // The whole control plane runs: admission as upstream's defaults, ServiceAccount on.
-        let (api, base) = start_apiserver_with(&b("rkube-apiserver"), &storage.url, &[]).await?;
+        let transport = format!("--etcd-transport={transport}");
+        let (api, base) =
+            start_apiserver_with(&b("rkube-apiserver"), &storage.url, &[transport.as_str()])
+                .await?;
         let mut procs = vec![Proc {
             name: "apiserver",
             child: api,
@@ -739,10 +753,19 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut rows = String::new();
     let mut big_rows = String::new();
-    for (backend, etcd) in [("rkube-store", false), ("etcd 3.4", true)] {
+    // gRPC is the apiserver's default; the JSON gateway rows measure it side by side.
+    for (backend, etcd, transport) in [
+        ("rkube-store", false, "grpc"),
+        ("etcd 3.4", true, "grpc"),
+        ("rkube-store, JSON gateway", false, "json"),
+        ("etcd 3.4, JSON gateway", true, "json"),
+    ] {
         for (mode, limits) in [("limits off", false), ("upstream-like limits", true)] {
+            if transport == "json" && limits {
+                continue;
+            }
             println!("== {backend}, {mode}");
-            let c = Cluster::start(&f, etcd, limits, 3).await?;
+            let c = Cluster::start_over(&f, etcd, transport, limits, 3).await?;
             let (p50, p99) = latency(&c, f.runs).await?;
             println!(
                 "  1-replica Deployment → Running: p50 {p50:.1} ms, p99 {p99:.1} ms ({} runs)",
@@ -759,7 +782,7 @@ async fn main() -> anyhow::Result<()> {
             "== {backend}: {} replicas on {} nodes, limits off",
             f.big_replicas, f.big_nodes
         );
-        let c = Cluster::start(&f, etcd, false, f.big_nodes).await?;
+        let c = Cluster::start_over(&f, etcd, transport, false, f.big_nodes).await?;
         let big = scale_run(&c, "big", f.big_replicas, true).await?;
         let total_rss: u64 = big.peak_rss.values().sum();
         let per: Vec<String> = [
@@ -784,7 +807,11 @@ async fn main() -> anyhow::Result<()> {
             f.big_replicas as f64 / big.secs,
             total_rss as f64 / 1048576.0
         );
-        let file = format!("docs/e2e-{}.svg", if etcd { "etcd" } else { "rkube-store" });
+        let file = format!(
+            "docs/e2e-{}{}.svg",
+            if etcd { "etcd" } else { "rkube-store" },
+            if transport == "json" { "-json" } else { "" }
+        );
         std::fs::write(
             &file,
             svg(
@@ -806,7 +833,7 @@ async fn main() -> anyhow::Result<()> {
         ));
     }
     let body = format!(
-        "## End to end (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on loopback (`scripts/bench-e2e.sh`), in the open configuration (anonymous, AlwaysAllow, APF off: chain-bench measures the request chain); one kubelet-agent process simulates the nodes (`fast` stages: no simulated pull delay). \
+        "## End to end (e2e-bench)\n\nMachine: {}  \nCommit: {}, {}  \nThe five components as processes on loopback (`scripts/bench-e2e.sh`); the apiserver talks to storage over etcd's gRPC API unless a row says JSON gateway (`--etcd-transport json`); in the open configuration (anonymous, AlwaysAllow, APF off: chain-bench measures the request chain); one kubelet-agent process simulates the nodes (`fast` stages: no simulated pull delay). \
          Latency: a Deployment of 1 replica is POSTed and the time runs until its pod is seen Running and Ready through a pods watch; runs are sequential. \
          Upstream-like limits: controller-manager 20 qps / 30 burst, scheduler 50 / 100.\n\n\
          | storage | client limits | 1-replica → Running p50 | p99 | 100 replicas all Running |\n|---|---|---|---|---|\n{rows}\n\

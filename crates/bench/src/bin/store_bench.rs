@@ -1,5 +1,6 @@
-//! store-bench: drives an etcd v3 JSON endpoint over HTTP with one client implementation
-//! (`rkube-etcd-api`) and runs rkube-store and etcd 3.4 side by side in one run: unique-key
+//! store-bench: drives an etcd v3 endpoint with one client implementation (`rkube-etcd-api`,
+//! over gRPC or the JSON gateway: `--transport`) and runs rkube-store and etcd 3.4 side by
+//! side in one run: unique-key
 //! puts, create-if-absent txns (the apiserver's create), CAS-update txns, a prefix range over
 //! 10k keys, watch delivery latency with 100 watchers, RSS with 100k keys of 1 KiB, and the
 //! machine's fsync latency. Prints the table and writes it to `docs/benchmarks.md`.
@@ -33,6 +34,9 @@ struct Flags {
     /// Watchers for the watch-delivery measurement.
     #[arg(long, default_value_t = 100)]
     watchers: usize,
+    /// The client's transport: `grpc` (HTTP/2, protobuf) or `json` (the gateway).
+    #[arg(long, default_value = "grpc", value_parser = ["grpc", "json"])]
+    transport: String,
     /// Where to write the results section.
     #[arg(long, default_value = "docs/benchmarks.md")]
     out: PathBuf,
@@ -82,8 +86,15 @@ struct WatchStats {
     write_p99_us: u64,
 }
 
+/// Whether clients speak gRPC (set once from `--transport`).
+static GRPC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 fn client(url: &str) -> EtcdClient {
-    EtcdClient::new(&[url.to_string()]).expect("client")
+    if *GRPC.get().unwrap_or(&true) {
+        EtcdClient::grpc(&[url.to_string()], None).expect("client")
+    } else {
+        EtcdClient::new(&[url.to_string()]).expect("client")
+    }
 }
 
 async fn bench_server(server: &Server, dur: Duration) -> anyhow::Result<Results> {
@@ -428,15 +439,25 @@ fn render(
     rss_keys: usize,
 ) -> String {
     let mut s = String::new();
-    s.push_str("## rkube-store vs etcd 3.4 (store-bench)\n\n");
+    let grpc = *GRPC.get().unwrap_or(&true);
+    s.push_str(if grpc {
+        "## rkube-store vs etcd 3.4 over gRPC (store-bench)\n\n"
+    } else {
+        "## rkube-store vs etcd 3.4 over the JSON gateway (store-bench --transport json)\n\n"
+    });
     s.push_str(&format!(
-        "Run {} on {} at commit `{}`; {}s per load; same client (`rkube-etcd-api` over HTTP/JSON), \
+        "Run {} on {} at commit `{}`; {}s per load; same client (`rkube-etcd-api` over {}), \
          durable writes on both (rkube: one fsync per group commit; etcd: its WAL fsync). \
          Machine fsync (4 KiB write + fdatasync): p50 {}, p99 {}.\n\n",
         utc_now(),
         machine(),
         git_commit(),
         dur.as_secs(),
+        if grpc {
+            "gRPC: one HTTP/2 connection, calls multiplexed"
+        } else {
+            "HTTP/1.1 JSON, pooled connections"
+        },
         us(fsync.0),
         us(fsync.1)
     ));
@@ -514,6 +535,7 @@ fn render(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
+    let _ = GRPC.set(flags.transport == "grpc");
     let dur = flags.duration.0;
     if flags.watch_only {
         let server = start_rkube_store(&flags.store_bin).await?;
@@ -543,7 +565,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let table = render(&ours, etcd.as_ref(), fsync, dur, flags.rss_keys);
     println!("\n{table}");
-    write_section(&flags.out, "store-bench", &table)?;
+    let section = if flags.transport == "grpc" {
+        "store-bench-grpc"
+    } else {
+        "store-bench"
+    };
+    write_section(&flags.out, section, &table)?;
     println!("written to {}", flags.out.display());
     Ok(())
 }

@@ -239,7 +239,13 @@ impl From<pb::WatchCreateRequest> for t::WatchCreateRequest {
             range_end: x.range_end,
             start_revision: x.start_revision,
             progress_notify: x.progress_notify,
-            filters: x.filters.into_iter().map(t::FilterType::from_i32).collect(),
+            // etcd ignores filters it does not know.
+            filters: x
+                .filters
+                .into_iter()
+                .filter(|f| (0..=1).contains(f))
+                .map(t::FilterType::from_i32)
+                .collect(),
             prev_kv: x.prev_kv,
             watch_id: x.watch_id,
             fragment: x.fragment,

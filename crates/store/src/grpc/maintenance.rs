@@ -1,7 +1,7 @@
 //! `etcdserverpb.Maintenance` (Status, Alarm, Defragment, Hash, Snapshot) and
 //! `etcdserverpb.Cluster` (MemberList): one member, always the leader, never an alarm.
 
-use std::io::{Read, Seek};
+use std::io::Seek;
 use std::pin::Pin;
 
 use futures_util::Stream;
@@ -15,6 +15,10 @@ use crate::service::{App, ETCD_VERSION};
 
 /// Snapshot bytes per message (etcd sends 32 KiB).
 const CHUNK: usize = 32 * 1024;
+/// Snapshots streamed at once; more are refused (each holds a copy of the database on disk).
+pub const SNAPSHOTS_AT_ONCE: usize = 2;
+/// How long a snapshot waits for its client to read before giving up.
+const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub struct Maintenance(pub App);
 
@@ -69,76 +73,47 @@ impl pb::maintenance_server::Maintenance for Maintenance {
 
     type SnapshotStream = SnapshotStream;
 
-    /// Writes the snapshot to an unnamed temporary file (bounded memory however large the
-    /// store), then streams it in chunks with the exact bytes remaining after each, and its
-    /// SHA-256 last, as etcd does.
+    /// Writes the snapshot to an unnamed temporary file in the data directory (bounded
+    /// memory however large the store), then streams it in chunks with the exact bytes
+    /// remaining after each, and its SHA-256 last, as etcd does. At most
+    /// `SNAPSHOTS_AT_ONCE` run at a time; a client that stops reading for
+    /// `SEND_TIMEOUT` loses its stream.
     async fn snapshot(
         &self,
         _: Request<pb::SnapshotRequest>,
     ) -> Result<Response<SnapshotStream>, Status> {
+        let permit = self.0.snapshots.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted("etcdserver: too many snapshots in progress")
+        })?;
         let mvcc = self.0.mvcc.clone();
-        let header = self.header();
+        let dir = self.0.snapshot_dir.clone();
         let written = tokio::task::spawn_blocking(move || -> Result<_, StoreError> {
             let io = |e: std::io::Error| StoreError::Internal(format!("snapshot file: {e}"));
-            let mut file = tempfile_in_tmp().map_err(io)?;
+            let mut file = unnamed_file_in(&dir).map_err(io)?;
             let mut out = std::io::BufWriter::new(&mut file);
-            crate::snapshot::write(&mvcc, &mut out)?;
+            let (revision, _) = crate::snapshot::write(&mvcc, &mut out)?;
             drop(out);
             // etcdctl takes a stream for a database only if it is whole 512-byte pages and
             // the digest (bbolt's files are): blank lines pad the last page.
             let len = file.stream_position().map_err(io)?;
             let pad = (512 - len % 512) % 512;
             std::io::Write::write_all(&mut file, &vec![b'\n'; pad as usize]).map_err(io)?;
-            let len = len + pad;
             file.rewind().map_err(io)?;
-            Ok((file, len))
+            Ok((file, len + pad, revision))
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?;
-        let (mut file, len) = written.map_err(|e| e.to_status())?;
+        let (file, len, revision) = written.map_err(|e| e.to_status())?;
+        let header = Some(self.0.mvcc.header(revision).into());
         let (tx, rx) = mpsc::channel::<Result<pb::SnapshotResponse, Status>>(4);
         let shutdown = self.0.shutdown.clone();
-        tokio::task::spawn_blocking(move || {
-            // etcd ends the stream with the SHA-256 of everything before it (etcdctl checks
-            // it); `remaining_bytes` counts the database's bytes only, as etcd's does.
-            let mut remaining = len;
-            let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
-            let mut buf = vec![0u8; CHUNK];
-            let mut first = true;
-            let mut done = false;
-            loop {
-                if shutdown.is_cancelled() {
-                    let _ =
-                        tx.blocking_send(Err(Status::unavailable("etcdserver: server stopped")));
-                    return;
+        tokio::spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let _ = tx.try_send(Err(Status::unavailable("etcdserver: server stopped")));
                 }
-                let blob = if remaining == 0 {
-                    done = true;
-                    sha.clone().finish().as_ref().to_vec()
-                } else {
-                    let want = CHUNK.min(remaining as usize);
-                    if let Err(e) = file.read_exact(&mut buf[..want]) {
-                        let _ = tx.blocking_send(Err(Status::internal(e.to_string())));
-                        return;
-                    }
-                    sha.update(&buf[..want]);
-                    remaining -= want as u64;
-                    buf[..want].to_vec()
-                };
-                let msg = pb::SnapshotResponse {
-                    header: if first { header } else { None },
-                    remaining_bytes: remaining,
-                    blob,
-                    version: if first {
-                        ETCD_VERSION.into()
-                    } else {
-                        String::new()
-                    },
-                };
-                first = false;
-                if tx.blocking_send(Ok(msg)).is_err() || done {
-                    return;
-                }
+                _ = stream_file(tokio::fs::File::from_std(file), len, header, &tx) => {}
             }
         });
         Ok(Response::new(Box::pin(
@@ -147,12 +122,56 @@ impl pb::maintenance_server::Maintenance for Maintenance {
     }
 }
 
-/// A file in the system's temporary directory, unlinked at once: gone with its handle.
-fn tempfile_in_tmp() -> std::io::Result<std::fs::File> {
+/// Sends `len` bytes of `file` then their SHA-256 (etcd's trailer; `remaining_bytes` counts
+/// the database's bytes only, as etcd's does). Stops when the client goes away or stalls.
+async fn stream_file(
+    mut file: tokio::fs::File,
+    len: u64,
+    header: Option<pb::ResponseHeader>,
+    tx: &mpsc::Sender<Result<pb::SnapshotResponse, Status>>,
+) {
+    use tokio::io::AsyncReadExt;
+    let mut remaining = len;
+    let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut first = true;
+    loop {
+        let last = remaining == 0;
+        let blob = if last {
+            sha.clone().finish().as_ref().to_vec()
+        } else {
+            let mut buf = vec![0u8; CHUNK.min(remaining as usize)];
+            if let Err(e) = file.read_exact(&mut buf).await {
+                let _ = tx.send(Err(Status::internal(e.to_string()))).await;
+                return;
+            }
+            sha.update(&buf);
+            remaining -= buf.len() as u64;
+            buf
+        };
+        let msg = pb::SnapshotResponse {
+            header: if first { header } else { None },
+            remaining_bytes: remaining,
+            blob,
+            version: if first {
+                ETCD_VERSION.into()
+            } else {
+                String::new()
+            },
+        };
+        first = false;
+        match tokio::time::timeout(SEND_TIMEOUT, tx.send(Ok(msg))).await {
+            Ok(Ok(())) if !last => {}
+            _ => return,
+        }
+    }
+}
+
+/// A file in `dir`, unlinked at once: gone with its handle (and with the process).
+fn unnamed_file_in(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "rkube-store-snapshot-{}-{}",
+    let path = dir.join(format!(
+        ".snapshot-{}-{}.tmp",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));

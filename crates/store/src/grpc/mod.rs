@@ -10,6 +10,8 @@ mod lease;
 mod maintenance;
 mod watch;
 
+pub use maintenance::SNAPSHOTS_AT_ONCE;
+
 use std::future::Future;
 use std::time::Instant;
 
@@ -40,13 +42,19 @@ pub fn routes(app: &App) -> axum::Router {
     )
     .add_service(watch::WatchService::new(app.clone(), max))
     .into_axum_router()
-    .layer(axum::middleware::map_response(etcd_size_refusal))
+    .layer(axum::middleware::map_response(etcd_answer))
 }
 
 /// tonic refuses an oversized request with OutOfRange in its own words; etcd's gRPC server
 /// (grpc-go) with ResourceExhausted and `grpc: received message larger than max (N vs. M)`.
 /// Clients see etcd's.
-async fn etcd_size_refusal(mut resp: axum::response::Response) -> axum::response::Response {
+///
+/// Every gRPC answer also carries `x-rkube-store` (see `rkube_etcd_api::grpc`).
+async fn etcd_answer(mut resp: axum::response::Response) -> axum::response::Response {
+    resp.headers_mut().insert(
+        rkube_etcd_api::grpc::RKUBE_STORE_HEADER,
+        axum::http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
     let Some(status) = tonic::Status::from_header_map(resp.headers()) else {
         return resp;
     };

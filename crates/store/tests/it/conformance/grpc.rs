@@ -27,6 +27,7 @@ cases! {
     watch_compacted_and_progress => grpc_watch_compacted_and_progress_rkube, grpc_watch_compacted_and_progress_etcd;
     leases => grpc_leases_rkube, grpc_leases_etcd;
     maintenance => grpc_maintenance_rkube, grpc_maintenance_etcd;
+    large_responses_and_watch_cleanup => grpc_large_responses_and_watch_cleanup_rkube, grpc_large_responses_and_watch_cleanup_etcd;
 }
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -776,4 +777,76 @@ async fn maintenance(s: &Server) {
         ring::digest::digest(&ring::digest::SHA256, body).as_ref(),
         sum
     );
+}
+
+/// Through rkube's own client (`EtcdClient::grpc`, as the apiserver uses it): responses far
+/// over gRPC's 4 MiB default arrive whole (a range and a replayed watch batch), and a watch
+/// stream the client drops leaves no watcher behind on the server.
+async fn large_responses_and_watch_cleanup(s: &Server) {
+    use rkube_etcd_api::{EtcdClient, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest};
+    let client = EtcdClient::grpc(std::slice::from_ref(&s.url), None).unwrap();
+    for i in 0..6 {
+        client
+            .put(&PutRequest {
+                key: format!("/big/{i}").into_bytes(),
+                value: vec![b'x'; 1 << 20],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let all = client
+        .range(&RangeRequest {
+            key: b("/big/"),
+            range_end: b("/big0"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.kvs.len(), 6);
+    let watchers = || async {
+        let text = s
+            .http
+            .get(format!("{}/metrics", s.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    let before = watchers().await;
+    let mut rx = client
+        .watch(vec![WatchRequest::create(WatchCreateRequest {
+            key: b("/big/"),
+            range_end: b("/big0"),
+            start_revision: 1,
+            ..Default::default()
+        })])
+        .await
+        .unwrap();
+    let mut events = 0;
+    while events < 6 {
+        let r = tokio::time::timeout(WAIT, rx.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        events += r.events.len();
+    }
+    assert_eq!(events, 6);
+    assert_eq!(watchers().await, before + 1.0);
+    drop(rx);
+    let deadline = std::time::Instant::now() + WAIT;
+    while watchers().await != before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped watch's watcher stays"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
