@@ -411,7 +411,7 @@ mod tests {
                 let mut t = head.to_string();
                 t.push_str(&" ".repeat(i % 200));
                 t.push('\n');
-                while t.len() % 512 != 0 {
+                while !t.len().is_multiple_of(512) {
                     t.push('\n');
                 }
                 let d = ring::digest::digest(&ring::digest::SHA256, t.as_bytes());
