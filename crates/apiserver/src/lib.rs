@@ -144,18 +144,21 @@ impl Config {
 /// in order with its events. Over gRPC every server answers, but etcd before 3.4.31 and
 /// 3.5.13 could report a revision before delivering the events up to it (etcd#15220;
 /// upstream's storage feature checker trusts those versions on, on every endpoint);
-/// rkube-store (known by its `x-rkube-store` header) queues the answer behind its events. On the JSON gateway rkube-store answers and etcd's gateway
-/// answers nothing until the request body ends.
-async fn supports_progress_requests(client: &EtcdClient) -> bool {
-    if client.is_grpc() {
-        // Every endpoint must qualify (one that does not answer disqualifies: reads then go
-        // to storage, which is always correct).
-        let statuses = client.endpoint_statuses().await;
-        return statuses.iter().all(|s| {
-            s.as_ref()
-                .is_ok_and(|s| s.rkube_store || progress_fixed(&s.version))
-        });
-    }
+/// rkube-store (known by its `x-rkube-store` header) queues the answer behind its events.
+/// Every endpoint must qualify (one that does not answer disqualifies: reads then go to
+/// storage, which is always correct).
+fn progress_trusted(
+    statuses: &[Result<rkube_etcd_api::EndpointStatus, rkube_etcd_api::EtcdError>],
+) -> bool {
+    statuses.iter().all(|s| {
+        s.as_ref()
+            .is_ok_and(|s| s.rkube_store || progress_fixed(&s.version))
+    })
+}
+
+/// Whether a JSON-gateway endpoint answers a full-duplex watch stream: rkube-store's does;
+/// etcd's answers nothing until the request body ends.
+async fn gateway_answers_mid_stream(client: &EtcdClient) -> bool {
     let create = WatchCreateRequest {
         key: b"/rkube-probe".to_vec(),
         ..Default::default()
@@ -201,20 +204,24 @@ async fn connect_storage(
     }
     .context("etcd client")?;
     wait_for_storage(&client, config.storage_timeout).await?;
-    let client = if config.etcd_transport == Transport::Auto
-        && client
-            .endpoint_statuses()
-            .await
-            .iter()
-            .all(|s| s.as_ref().is_ok_and(|s| s.rkube_store))
-    {
+    // Asked once: which endpoints are rkube-store, and which etcd versions.
+    let statuses = if client.is_grpc() {
+        client.endpoint_statuses().await
+    } else {
+        Vec::new()
+    };
+    let all_rkube = statuses
+        .iter()
+        .all(|s| s.as_ref().is_ok_and(|s| s.rkube_store));
+    let client = if config.etcd_transport == Transport::Auto && all_rkube {
         EtcdClient::with_tls(servers, tls).context("etcd client")?
     } else {
         client
     };
     let duplex = match config.progress_requests {
         Some(v) => v,
-        None => supports_progress_requests(&client).await,
+        None if client.is_grpc() => progress_trusted(&statuses),
+        None => gateway_answers_mid_stream(&client).await,
     };
     tracing::info!(
         ?servers,

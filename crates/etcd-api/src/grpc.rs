@@ -125,10 +125,9 @@ pub(crate) fn unreached(s: &tonic::Status) -> bool {
     }
 }
 
+/// A status as `EtcdError`: Unavailable not from etcd itself (no connection, a broken one —
+/// `unreached` among them) is a transport error; the rest are etcd's answers.
 pub(crate) fn status_error(s: tonic::Status) -> EtcdError {
-    if unreached(&s) {
-        return EtcdError::Transport(s.message().to_string());
-    }
     let code = s.code() as i32;
     if code == grpc_code::UNAVAILABLE && !s.message().starts_with("etcdserver:") {
         return EtcdError::Transport(s.message().to_string());

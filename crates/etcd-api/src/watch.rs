@@ -25,19 +25,17 @@ enum Tx {
 
 impl WatchSender {
     pub async fn send(&self, req: &WatchRequest) -> Result<(), EtcdError> {
-        let closed = |_| EtcdError::Transport("watch stream closed".into());
-        match &self.tx {
+        let sent = match &self.tx {
             Tx::Json(tx) => {
                 let mut line =
                     serde_json::to_vec(req).map_err(|e| EtcdError::Decode(e.to_string()))?;
                 line.push(b'\n');
-                tx.send(Bytes::from(line)).await.map_err(closed)
+                tx.send(Bytes::from(line)).await.is_ok()
             }
-            Tx::Grpc(tx) => tx
-                .send(req.clone().into())
-                .await
-                .map_err(|_| EtcdError::Transport("watch stream closed".into())),
-        }
+            Tx::Grpc(tx) => tx.send(req.clone().into()).await.is_ok(),
+        };
+        sent.then_some(())
+            .ok_or_else(|| EtcdError::Transport("watch stream closed".into()))
     }
     pub async fn create(&self, create: WatchCreateRequest) -> Result<(), EtcdError> {
         self.send(&WatchRequest {

@@ -73,15 +73,8 @@ impl StoreError {
 
     /// The HTTP status etcd's grpc-gateway maps the gRPC code to.
     pub fn http_status(&self) -> StatusCode {
-        match self.grpc_code() {
-            3 | 11 => StatusCode::BAD_REQUEST,
-            9 => StatusCode::PRECONDITION_FAILED,
-            5 => StatusCode::NOT_FOUND,
-            8 => StatusCode::TOO_MANY_REQUESTS,
-            12 => StatusCode::NOT_IMPLEMENTED,
-            14 => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        StatusCode::from_u16(rkube_etcd_api::grpc::http_status(self.grpc_code()))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     /// The gRPC status etcd's gRPC server answers with.
