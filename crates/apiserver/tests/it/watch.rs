@@ -582,17 +582,21 @@ async fn bookmark_before_deadline_etcd() {
 /// The JSON gateway transport (`--etcd-transport json`) still serves the list-watch paths on
 /// both backends (gRPC runs every other case here; `auto` picks the gateway for rkube-store).
 async fn over_the_json_gateway(backend: Backend) {
-    let Some(c) = Cluster::start(backend, |cfg| {
-        cfg.etcd_transport = rkube_apiserver::Transport::Json
-    })
-    .await
-    else {
-        return;
-    };
-    // (streaming_list first: it expects only its own pods.)
-    streaming_list(&c).await;
-    watch_from_rv_and_transitions(&c).await;
-    bookmarks_follow_other_resources(&c).await;
+    // Each case on a cluster of its own: they assert on the pods they see.
+    for case in 0..3 {
+        let Some(c) = Cluster::start(backend, |cfg| {
+            cfg.etcd_transport = rkube_apiserver::Transport::Json
+        })
+        .await
+        else {
+            return;
+        };
+        match case {
+            0 => streaming_list(&c).await,
+            1 => watch_from_rv_and_transitions(&c).await,
+            _ => bookmarks_follow_other_resources(&c).await,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
