@@ -19,7 +19,7 @@ for b in "${BINS[@]}"; do
   strip --strip-debug "$ROOT/usr/local/bin/$b" 2>/dev/null || true
   files+=("target/$PROFILE/$b")
 done
-# Debian's etcd (the `etcd` profile) and Prometheus (the `monitoring` profile), when installed.
+# Debian's etcd (docker-compose.etcd.yml) and Prometheus (the `monitoring` profile), when installed.
 for tool in etcd prometheus; do
   if command -v "$tool" >/dev/null; then cp "$(command -v "$tool")" "$ROOT/usr/local/bin/$tool"; files+=("$(command -v "$tool")"); fi
 done

@@ -1,8 +1,9 @@
 //! `docker compose`: the image builds without pulling, the stack comes up with its health
 //! checks and start ordering, the scripted nginx end-to-end passes against it, in the
 //! `monitoring` profile Prometheus scrapes every component (every target up, upstream's metric
-//! names there), and in the `etcd` profile the cluster keeps serving after one of three etcd
-//! members is killed. Reports itself skipped (with the reason) where no Docker engine or
+//! names there), and with `docker-compose.etcd.yml` in place of the default storage file the
+//! apiserver reaches three etcd members over gRPC with TLS (no rkube-store started beside them)
+//! and the cluster keeps serving after one of them is killed. Reports itself skipped (with the reason) where no Docker engine or
 //! compose tool is present, and the monitoring part where Prometheus is not installed.
 
 use std::process::{Command, Output};
@@ -47,6 +48,8 @@ struct Stack {
     project: String,
     env: Vec<(String, String)>,
     profile: Option<&'static str>,
+    /// Compose files named with `-f` (none: docker-compose.yml and its override).
+    files: &'static [&'static str],
     /// The published apiserver port.
     port: u16,
     /// The published Prometheus port (the `monitoring` profile).
@@ -64,6 +67,7 @@ impl Stack {
         cmd: Vec<String>,
         project: String,
         profile: Option<&'static str>,
+        files: &'static [&'static str],
         extra_env: &[(&str, &str)],
     ) -> Stack {
         let port = free_port();
@@ -88,6 +92,7 @@ impl Stack {
             project,
             env,
             profile,
+            files,
             port,
             prometheus,
             kubeconfig: kubeconfig.to_str().unwrap().to_string(),
@@ -101,6 +106,9 @@ impl Stack {
     fn run(&self, args: &[&str]) -> Output {
         let mut c = Command::new(&self.cmd[0]);
         c.args(&self.cmd[1..]).args(["-p", &self.project]);
+        for f in self.files {
+            c.args(["-f", f]);
+        }
         if let Some(p) = self.profile {
             c.args(["--profile", p]);
         }
@@ -184,6 +192,7 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         format!("rkube-e2e-{}", std::process::id()),
         monitoring.then_some("monitoring"),
         &[],
+        &[],
     )
     .await;
     let (port, kc) = (stack.port, stack.kubeconfig.clone());
@@ -214,18 +223,64 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
     }
     drop(stack);
 
-    // etcd profile: three members; one killed, the cluster still serves reads and writes.
+    // The etcd storage file: three members serving their clients over TLS with client
+    // certificates; no rkube-store beside them; one member killed, the cluster still serves
+    // reads and writes.
+    let project = format!("rkube-e2e-etcd-{}", std::process::id());
     let stack = Stack::up(
         cmd,
-        format!("rkube-e2e-etcd-{}", std::process::id()),
-        Some("etcd"),
+        project.clone(),
+        None,
+        &["docker-compose.yml", "docker-compose.etcd.yml"],
         &[(
             "RKUBE_ETCD_SERVERS",
-            "http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379",
+            "https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379",
         )],
     )
     .await;
     let kc = stack.kubeconfig.clone();
+    let services = Command::new("docker")
+        .args(["ps", "--filter"])
+        .arg(format!("label=com.docker.compose.project={project}"))
+        .args(["--format", "{{.Label \"com.docker.compose.service\"}}"])
+        .output()
+        .unwrap();
+    let services = String::from_utf8_lossy(&services.stdout).to_string();
+    let mut running: Vec<&str> = services.lines().collect();
+    running.sort_unstable();
+    assert_eq!(
+        running,
+        [
+            "apiserver",
+            "controller-manager",
+            "etcd-1",
+            "etcd-2",
+            "etcd-3",
+            "node-1",
+            "node-2",
+            "node-3",
+            "scheduler"
+        ],
+        "the etcd stack's containers"
+    );
+    // A member answers only clients with a certificate from the cluster CA.
+    let probe = |cert: &[&str]| {
+        let mut args = vec![
+            "exec",
+            "-T",
+            "etcd-1",
+            "rkube-probe",
+            "https://127.0.0.1:2379/health",
+            "/pki/ca.crt",
+        ];
+        args.extend_from_slice(cert);
+        stack.run(&args).status.success()
+    };
+    assert!(probe(&[
+        "/pki/apiserver-etcd-client.crt",
+        "/pki/apiserver-etcd-client.key"
+    ]));
+    assert!(!probe(&[]), "etcd-1 answered a client without a certificate");
     let o = kubectl(&kc, &["apply", "-f", "e2e/nginx.yml"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     stack.ok(&["kill", "etcd-2"]);

@@ -6,7 +6,8 @@
 //! (controller-manager 20 qps/30 burst, scheduler 50/100); on rkube-store and on etcd 3.4;
 //! and a Job of 1,000 completions, 100 at a time, to its Complete condition. `--one-binary`:
 //! the 10,000-replica run on `rkube server` (every component in one process) beside the
-//! separate processes, in one run. Writes `docs/benchmarks.md`.
+//! separate processes, in one run. `--scale`: 100,000 pods on 5,000 nodes (`scale.rs`).
+//! Writes `docs/benchmarks.md`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +19,8 @@ use rkube_bench::*;
 use serde_json::{json, Value};
 use tokio::process::Child;
 use tokio::sync::mpsc;
+
+mod scale;
 
 #[derive(Parser, Debug)]
 struct Flags {
@@ -53,6 +56,13 @@ struct Flags {
     /// processes.
     #[arg(long)]
     one_binary: bool,
+    /// Run only the scale run: `--scale-pods` pods on `--scale-nodes` nodes.
+    #[arg(long)]
+    scale: bool,
+    #[arg(long, default_value_t = 100_000)]
+    scale_pods: usize,
+    #[arg(long, default_value_t = 5_000)]
+    scale_nodes: usize,
 }
 
 struct Proc {
@@ -743,6 +753,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if f.workloads_only {
         workloads_section(&f).await?;
+        println!("wrote {}", f.out.display());
+        return Ok(());
+    }
+    if f.scale {
+        scale::scale_section(&f).await?;
         println!("wrote {}", f.out.display());
         return Ok(());
     }
