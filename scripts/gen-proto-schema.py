@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates crates/api/src/proto/schema.txt: the protobuf field numbers of the served types.
+"""Regenerates crates/api/src/proto/schema.txt: the protobuf field numbers of the served types
+(their objects and lists, and Status).
 
 Kubernetes clients (kubectl's `create namespace|configmap|secret|deployment` among them) send
 `application/vnd.kubernetes.protobuf` bodies. Decoding one needs, for every message, each field's
@@ -54,6 +55,8 @@ ROOTS = [
     "api.authentication.v1.SelfSubjectReview",
     "api.flowcontrol.v1.FlowSchema", "api.flowcontrol.v1.PriorityLevelConfiguration",
 ]
+# Messages only the apiserver sends.
+RESPONSE_ROOTS = ["apimachinery.pkg.apis.meta.v1.Status", "apimachinery.pkg.apis.meta.v1.WatchEvent"]
 # Wrapper messages with their own JSON form: decoded by hand, not by table.
 SPECIAL = {
     "apimachinery.pkg.apis.meta.v1.Time", "apimachinery.pkg.apis.meta.v1.MicroTime",
@@ -160,7 +163,9 @@ def main():
     pb = args.k8s_pb or fetch_k8s_pb("/tmp/rkube-k8s-pb")
     messages = parse_pb(pb)
     openapi = k8s_openapi_dir()
-    out, seen, todo = [], set(), list(ROOTS)
+    # Responses too: each kind's List where upstream has one, and the Status of errors.
+    roots = ROOTS + [r + "List" for r in ROOTS if r + "List" in messages] + RESPONSE_ROOTS
+    out, seen, todo = [], set(), roots
     inlined_in = {}  # embedded message -> the type whose JSON object holds its fields
     while todo:
         name = todo.pop(0)
@@ -172,6 +177,10 @@ def main():
         names = json_names(openapi, name)
         if names is None and name in inlined_in:
             names = json_names(openapi, inlined_in[name])
+        if names is None and name.endswith("List"):
+            names = {"metadata": "metadata", "items": "items"}  # k8s-openapi's generic List<T>
+        if names is None and name.endswith(".WatchEvent"):
+            names = {"type": "type", "object": "object"}
         if names is None:
             sys.exit(f"no k8s-openapi type for {name}")
         out.append(f"message {name}")

@@ -180,28 +180,39 @@ impl Client {
         body: Option<(&'static str, Vec<u8>)>,
         accept: &str,
     ) -> Result<bytes::Bytes, Error> {
-        self.inner.limiter.acquire().await;
+        let body = body.map(|(ctype, b)| (ctype, bytes::Bytes::from(b)));
         let verb = method.as_str().to_string();
-        let started = std::time::Instant::now();
-        let mut rb = self
-            .request(method, path_and_query, false)
-            .header("Accept", accept);
-        if let Some((ctype, b)) = body {
-            rb = rb.header("Content-Type", ctype).body(b);
-        }
-        let sent = rb.send().await;
-        self.observe(
-            &verb,
-            sent.as_ref().ok().map(|r| r.status().as_u16()),
-            started,
-        );
-        let resp = sent?;
-        let code = resp.status().as_u16();
-        let bytes = resp.bytes().await?;
-        if (200..300).contains(&code) {
-            Ok(bytes)
-        } else {
-            Err(Error::from_reply(code, &bytes))
+        // As client-go: an answer that says when to come back (429, or a 5xx with
+        // Retry-After) is retried after that long, up to 10 tries in all.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.inner.limiter.acquire().await;
+            let started = std::time::Instant::now();
+            let mut rb = self
+                .request(method.clone(), path_and_query, false)
+                .header("Accept", accept);
+            if let Some((ctype, b)) = &body {
+                rb = rb.header("Content-Type", *ctype).body(b.clone());
+            }
+            let sent = rb.send().await;
+            self.observe(
+                &verb,
+                sent.as_ref().ok().map(|r| r.status().as_u16()),
+                started,
+            );
+            let resp = sent?;
+            let code = resp.status().as_u16();
+            if let Some(wait) = retry_after(code, resp.headers()).filter(|_| attempt < MAX_TRIES) {
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let bytes = resp.bytes().await?;
+            return if (200..300).contains(&code) {
+                Ok(bytes)
+            } else {
+                Err(Error::from_reply(code, &bytes))
+            };
         }
     }
 
@@ -244,6 +255,25 @@ impl Client {
             resp.bytes_stream().map(|r| r.map_err(Error::from)),
         ))
     }
+}
+
+/// Tries of a request the server asks to be retried (client-go's `maxRetries` + 1).
+const MAX_TRIES: u32 = 10;
+
+/// How long to wait before trying again, when the answer says (client-go's `checkWait`): a 429
+/// or 5xx with a `Retry-After` of whole seconds, clamped to 1–10 s.
+fn retry_after(code: u16, headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
+    if code != 429 && code < 500 {
+        return None;
+    }
+    let secs: u64 = headers
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_secs(secs.clamp(1, 10)))
 }
 
 /// Options for list and watch, in the query's names.
@@ -636,6 +666,78 @@ mod tests {
             Api::<Node>::all(&c).path(Some("n1"), None),
             "/api/v1/nodes/n1"
         );
+    }
+
+    /// A server answering each connection with the next canned response, counting requests.
+    async fn canned(answers: Vec<&'static str>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            for answer in answers {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 65536];
+                let mut got = Vec::new();
+                // The head, then the body its Content-Length announces.
+                while let Ok(n) = conn.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_string();
+                    if let Some(head_end) = text.find("\r\n\r\n") {
+                        let len = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if got.len() >= head_end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        (base, count)
+    }
+
+    #[tokio::test]
+    async fn a_429_with_retry_after_is_tried_again() {
+        let busy = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        let created = "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}";
+        let (base, count) = canned(vec![busy, created]).await;
+        let c = Client::for_server(&base);
+        let body = Some(("application/json", b"{\"kind\":\"Pod\"}".to_vec()));
+        let got = c
+            .send(reqwest::Method::POST, "/api/v1/namespaces/a/pods", body)
+            .await
+            .unwrap();
+        assert_eq!(&got[..], b"{\"ok\":true}");
+        assert_eq!(
+            count.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "one refusal, one retry with the body"
+        );
+
+        // Without Retry-After the refusal is the answer.
+        let bare = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        let (base, count) = canned(vec![bare, created]).await;
+        let e = Client::for_server(&base)
+            .send(reqwest::Method::GET, "/api/v1/pods", None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(429));
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(retry_after(503, &reqwest::header::HeaderMap::new()), None);
     }
 
     #[test]

@@ -304,6 +304,9 @@ pub mod index {
 
     pub const NAMESPACE: &str = "namespace";
     pub const OWNER_UID: &str = "owner-uid";
+    /// Objects with no controller reference, by namespace: what a controller may adopt
+    /// (upstream's orphan entries of its controller-UID index).
+    pub const ORPHANS: &str = "orphans";
     pub const NODE_NAME: &str = "spec.nodeName";
 
     pub fn namespace<K: Resource>(o: &K) -> Vec<String> {
@@ -317,6 +320,19 @@ pub mod index {
             .flatten()
             .map(|r| r.uid.clone())
             .collect()
+    }
+
+    pub fn orphans<K: Resource>(o: &K) -> Vec<String> {
+        let controlled = o
+            .metadata()
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true));
+        match controlled {
+            true => Vec::new(),
+            false => namespace(o),
+        }
     }
 
     pub fn pod_node_name(p: &k8s_openapi::api::core::v1::Pod) -> Vec<String> {

@@ -78,6 +78,7 @@ fn informer_with<K: rkube_client::Resource>(
     export(metrics, K::URL_PATH_SEGMENT, inf.stats());
     let store = inf.store();
     store.add_index(index::OWNER_UID, index::owner_uid::<K>);
+    store.add_index(index::ORPHANS, index::orphans::<K>);
     (
         store,
         Box::new(move |s| {

@@ -116,7 +116,9 @@ pub async fn register(client: &Client, spec: &NodeSpec) -> Result<Node, Error> {
         .await
 }
 
-/// Renews the node's Lease every `lease_duration / 4` until shutdown.
+/// Renews the node's Lease every `lease_duration / 4` until shutdown; a failed renewal is
+/// retried sooner, backing off from 100 ms to 7 s as upstream's lease controller does, so a
+/// loaded apiserver's refusals (429, timeouts) do not cost the node its lease.
 pub async fn lease_loop(
     client: Client,
     spec: NodeSpec,
@@ -125,6 +127,9 @@ pub async fn lease_loop(
 ) {
     let leases: Api<Lease> = Api::namespaced(&client, "kube-node-lease");
     let interval = spec.lease_duration / 4;
+    const RETRY_FIRST: Duration = Duration::from_millis(100);
+    const RETRY_MAX: Duration = Duration::from_secs(7);
+    let mut retry = RETRY_FIRST;
     loop {
         let renew = json!({"spec": {"holderIdentity": spec.name, "leaseDurationSeconds": spec.lease_duration.as_secs(), "renewTime": now_micro()}});
         let result = match leases.patch(&spec.name, &Patch::Merge(renew)).await {
@@ -140,12 +145,21 @@ pub async fn lease_loop(
             }
             r => r.map(|_| ()),
         };
-        if let Err(e) = result {
-            tracing::warn!(node = %spec.name, error = %e, "lease renewal failed");
-        }
+        let wait = match result {
+            Ok(()) => {
+                retry = RETRY_FIRST;
+                interval
+            }
+            Err(e) => {
+                tracing::warn!(node = %spec.name, error = %e, "lease renewal failed");
+                let wait = retry.min(interval);
+                retry = (retry * 2).min(RETRY_MAX);
+                wait
+            }
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

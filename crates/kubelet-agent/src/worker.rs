@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
 use rkube_client::events::{object_ref, Recorder};
 use rkube_client::{Api, Client, DeleteParams, Patch};
 use serde_json::json;
@@ -179,6 +179,8 @@ impl NodeRuntime {
         let mut pod = pod;
         // A hash of the last status written: ten thousand workers keep 8 bytes each, not a copy.
         let mut last_sent: Option<u64> = None;
+        // The resourceVersion our last status write made.
+        let mut last_rv: u64 = 0;
         let mut deleted_api = false;
         loop {
             // Deletion asked for: stop the containers within the grace period.
@@ -215,16 +217,23 @@ impl NodeRuntime {
                 bytes.hash(&mut h);
                 h.finish()
             };
-            if last_sent != Some(digest) {
+            // Someone else changed it after our last write (the node lifecycle controller marks
+            // a pod not ready while its node is not reporting): said again, as a kubelet's
+            // status manager compares with the API's status, not only with its own last write.
+            let overwritten = last_sent.is_some()
+                && resource_version(&pod) > last_rv
+                && !agrees(pod.status.as_ref(), &status);
+            if last_sent != Some(digest) || overwritten {
                 // The UID makes it a precondition: never onto a re-created pod of the same name.
                 let patch = Patch::Merge(json!({"metadata": {"uid": uid}, "status": status}));
                 let permit = self.writes.acquire().await;
                 let written = api.patch_status(&name, &patch).await;
                 drop(permit);
                 match written {
-                    Ok(_) => {
+                    Ok(written) => {
                         self.status_writes.inc();
                         last_sent = Some(digest);
+                        last_rv = resource_version(&written);
                     }
                     Err(e) if e.is_not_found() || e.code() == Some(409) => break,
                     Err(e) => {
@@ -285,5 +294,59 @@ impl NodeRuntime {
             }
         }
         self.free_ip(&ip);
+    }
+}
+
+fn resource_version(p: &Pod) -> u64 {
+    p.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether the API's status says what ours says where others write too: the phase and each
+/// condition's status.
+fn agrees(api: Option<&PodStatus>, ours: &PodStatus) -> bool {
+    let conditions = |s: &PodStatus| {
+        let mut c: Vec<(String, String)> = s
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+            .collect();
+        c.sort_unstable();
+        c
+    };
+    api.is_some_and(|a| a.phase == ours.phase && conditions(a) == conditions(ours))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    fn status(phase: &str, ready: &str) -> PodStatus {
+        PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_status_someone_else_changed_disagrees() {
+        let ours = status("Running", "True");
+        assert!(agrees(Some(&status("Running", "True")), &ours));
+        assert!(
+            !agrees(Some(&status("Running", "False")), &ours),
+            "marked not ready by the node controller"
+        );
+        assert!(!agrees(Some(&status("Pending", "True")), &ours));
+        assert!(!agrees(None, &ours));
     }
 }

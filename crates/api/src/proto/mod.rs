@@ -1,5 +1,5 @@
-//! Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`) decoded to the
-//! JSON objects the rest of the apiserver works on.
+//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): request bodies decoded to the
+//! JSON objects the rest of the apiserver works on, and responses encoded from them (`encode`).
 //!
 //! The wire form is upstream's: the 4-byte magic `k8s\0`, then a `runtime.Unknown` whose
 //! `typeMeta` names the object and whose `raw` holds the object's own message. Field numbers and
@@ -14,6 +14,9 @@
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
+
+mod encode;
+pub use encode::{encodable, encode, encode_json};
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
@@ -164,8 +167,8 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
 
 /// The message of a group/version's kind: `apps/v1` `Deployment` → `api.apps.v1.Deployment`.
 fn message_for(api_version: &str, kind: &str) -> Option<String> {
-    let name = if kind == "DeleteOptions" {
-        "apimachinery.pkg.apis.meta.v1.DeleteOptions".to_string()
+    let name = if kind == "DeleteOptions" || kind == "Status" {
+        format!("apimachinery.pkg.apis.meta.v1.{kind}")
     } else {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let group = match group {

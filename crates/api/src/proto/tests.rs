@@ -273,3 +273,96 @@ fn bodies_captured_from_kubectl_decode_to_what_its_json_would_say() {
         })
     );
 }
+
+#[test]
+fn encoded_objects_decode_to_the_same_json() {
+    let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "uid": "1f0c", "resourceVersion": "42",
+            "generation": 3, "creationTimestamp": "2026-11-29T09:08:03Z",
+            "labels": {"app": "web", "tier": "front"},
+            "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+                "time": "2026-11-29T09:08:03Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:replicas": {}}}}],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "u", "controller": true}]},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2",
+                    "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}},
+                    "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 5}}],
+                    "terminationGracePeriodSeconds": 30}}},
+        "status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True",
+            "lastUpdateTime": "2026-11-29T09:08:04Z", "lastTransitionTime": "2026-11-29T09:08:04Z"}]}});
+    let body = encode(&deploy).unwrap();
+    assert!(body.starts_with(MAGIC));
+    assert_eq!(decode(&body).unwrap(), deploy);
+
+    let list = json!({"apiVersion": "v1", "kind": "PodList",
+        "metadata": {"resourceVersion": "99", "continue": "abc", "remainingItemCount": 5},
+        "items": [{"metadata": {"name": "a", "deletionTimestamp": "2026-11-29T09:08:03Z"},
+                   "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "n-1"},
+                   "status": {"phase": "Running", "podIP": "10.0.0.1",
+                       "conditions": [{"type": "Ready", "status": "True"}]}},
+                  {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}]});
+    assert_eq!(decode(&encode(&list).unwrap()).unwrap(), list);
+    // From JSON bytes, item by item: the same body.
+    let bytes = serde_json::to_vec(&list).unwrap();
+    assert_eq!(encode_json(&bytes).unwrap(), encode(&list).unwrap());
+    let bytes = serde_json::to_vec(&deploy).unwrap();
+    assert_eq!(encode_json(&bytes).unwrap(), encode(&deploy).unwrap());
+    assert!(encode_json(b"[1]").is_err());
+
+    let status = json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+        "message": "pods \"x\" not found", "reason": "NotFound",
+        "details": {"name": "x", "kind": "pods"}, "code": 404});
+    assert_eq!(decode(&encode(&status).unwrap()).unwrap(), status);
+
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+        "data": {"k": "czNjcv9ldA=="}, "type": "Opaque", "immutable": false});
+    assert_eq!(decode(&encode(&secret).unwrap()).unwrap(), secret);
+}
+
+#[test]
+fn bodies_captured_from_kubectl_survive_a_round_trip() {
+    for body in [
+        &include_bytes!("testdata/kubectl-create-namespace.pb")[..],
+        include_bytes!("testdata/kubectl-create-configmap.pb"),
+        include_bytes!("testdata/kubectl-create-secret.pb"),
+        include_bytes!("testdata/kubectl-create-deployment.pb"),
+    ] {
+        let json = decode(body).unwrap();
+        assert_eq!(decode(&encode(&json).unwrap()).unwrap(), json);
+    }
+}
+
+#[test]
+fn what_has_no_protobuf_form_is_said_so() {
+    assert!(encodable("apps/v1", "Deployment"));
+    assert!(encodable("v1", "PodList"));
+    assert!(!encodable("example.com/v1", "Widget"));
+    let e = encode(&json!({"apiVersion": "example.com/v1", "kind": "Widget"})).unwrap_err();
+    assert!(matches!(e, ProtoError::UnknownType(_)), "{e}");
+    let e =
+        encode(&json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": 1}})).unwrap_err();
+    assert!(e.to_string().contains("ConfigMap.data"), "{e}");
+}
+
+#[test]
+fn go_durations_parse_back() {
+    for (text, nanos) in [
+        ("0s", 0),
+        ("0", 0),
+        ("150ms", 150_000_000),
+        ("1h2m3.5s", 3_723_500_000_000),
+        ("-2s", -2_000_000_000),
+        ("1.5µs", 1_500),
+    ] {
+        assert_eq!(encode::parse_go_duration(text), Ok(nanos), "{text}");
+        if nanos != 0 {
+            assert_eq!(go_duration(nanos), text.trim_start_matches('+'));
+        }
+    }
+    assert!(encode::parse_go_duration("5 s").is_err());
+    assert!(encode::parse_go_duration("").is_err());
+}

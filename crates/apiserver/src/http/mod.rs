@@ -10,6 +10,7 @@ pub mod delete;
 pub mod discovery;
 pub mod logs;
 pub mod metrics_api;
+pub mod negotiate;
 pub mod openapi;
 pub mod patch;
 pub mod read;
@@ -227,6 +228,11 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         .get::<UserInfo>()
         .cloned()
         .unwrap_or_else(UserInfo::anonymous);
+    // Watches stream JSON events (their own framing); everything else goes out as asked.
+    let wire = match info.verb {
+        "watch" => negotiate::Wire::Json,
+        _ => negotiate::wanted(header(req.headers(), "accept")),
+    };
     if resource.is_review() {
         let resp = match def.plural {
             "bindings" => computed::binding(&state, &info, &user, req).await,
@@ -240,6 +246,7 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
             _ => reviews::serve(&state, def, &info, &user, req).await,
         }
         .unwrap_or_else(|e| error_response(&e));
+        let resp = negotiate::respond(resp, wire).await;
         state.metrics.observe(
             info.verb,
             def.plural,
@@ -261,6 +268,7 @@ pub async fn handle(state: ApiState, req: Request) -> Option<Response> {
         Some(w) => with_warnings(resp, &[w]),
         None => resp,
     };
+    let resp = negotiate::respond(resp, wire).await;
     state.metrics.observe(
         info.verb,
         registry.def.plural,
@@ -391,20 +399,16 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
     }
 }
 
-/// JSON is the only representation served; an Accept header that rules it out is 406.
+/// JSON and Kubernetes protobuf are served; an Accept header that rules both out is 406.
 fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(accept) = headers.get("accept").and_then(|v| v.to_str().ok()) else {
         return Ok(());
     };
-    let ok = accept.split(',').any(|part| {
-        let media = part.split(';').next().unwrap_or("").trim();
-        media.is_empty() || media == "*/*" || media == "application/*" || media.ends_with("json")
-    });
-    if ok {
+    if negotiate::acceptable(accept) {
         Ok(())
     } else {
         Err(ApiError::not_acceptable(format!(
-            "only the following media types are accepted: application/json; got {accept}"
+            "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf; got {accept}"
         )))
     }
 }

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{controller_key, selecting, Ctx};
-use crate::objects::{controller_ref, labels_of, selector};
+use crate::objects::{claim_candidates, controller_ref, labels_of, selector};
 use crate::worker::Reconciled;
 use logic::*;
 
@@ -110,7 +110,7 @@ impl DeploymentController {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        for rs in self.ctx.replicasets.by_index(index::NAMESPACE, ns) {
+        for rs in claim_candidates(&self.ctx.replicasets, &uid, ns) {
             let matches = sel.matches(&labels_of(&rs.metadata));
             match controller_ref(&rs.metadata) {
                 Some(r) if r.uid == uid => {

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{controller_key, Ctx};
 use crate::expectations::Expectations;
-use crate::objects::{controller_ref, labels_of, selector};
+use crate::objects::{claim_candidates, controller_ref, labels_of, selector};
 use crate::worker::Reconciled;
 use logic::{is_active, Diff};
 
@@ -235,7 +235,7 @@ impl<K: Set> ReplicaSetController<K> {
 
         // Claim: adopt matching orphans, release owned pods that stopped matching.
         let mut owned = Vec::new();
-        for p in self.ctx.pods.by_index(index::NAMESPACE, ns) {
+        for p in claim_candidates(&self.ctx.pods, &uid, ns) {
             let matches = sel.matches(&labels_of(&p.metadata));
             match controller_ref(&p.metadata) {
                 Some(r) if r.uid == uid => {

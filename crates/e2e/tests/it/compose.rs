@@ -280,7 +280,10 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         "/pki/apiserver-etcd-client.crt",
         "/pki/apiserver-etcd-client.key"
     ]));
-    assert!(!probe(&[]), "etcd-1 answered a client without a certificate");
+    assert!(
+        !probe(&[]),
+        "etcd-1 answered a client without a certificate"
+    );
     let o = kubectl(&kc, &["apply", "-f", "e2e/nginx.yml"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     stack.ok(&["kill", "etcd-2"]);

@@ -425,6 +425,44 @@ async fn every_command_of_the_walkthrough_behaves_as_on_kubernetes() {
         "secret/s1 created",
     );
     assert_eq!(k.jsonpath(&["cm", "cm1", "-n", "demo"], "{.data.a}"), "b");
+    // kubectl's typed clients ask for protobuf first: the created object comes back as
+    // protobuf, and what kubectl decodes from it is the object.
+    let out = k.run(&[
+        "create",
+        "configmap",
+        "cm-pb",
+        "--from-literal=a=b",
+        "-n",
+        "demo",
+        "-o",
+        "json",
+        "-v=8",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.lines().any(|l| l.contains("Content-Type")
+            && l.contains("application/vnd.kubernetes.protobuf")
+            && !l.contains("Accept")),
+        "no protobuf response in kubectl's log:\n{log}"
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["data"]["a"], "b");
+    assert_eq!(created["metadata"]["namespace"], "demo");
+    assert!(
+        created["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.len() == 36),
+        "{created}"
+    );
+    assert!(
+        created["metadata"]["creationTimestamp"].is_string(),
+        "{created}"
+    );
     assert_eq!(
         k.jsonpath(&["secret", "s1", "-n", "demo"], "{.data.password}"),
         "eA=="

@@ -41,9 +41,10 @@ fn plan(total: usize) -> Vec<usize> {
     out
 }
 
-/// Startup latency of each pod that runs: the time between its first event (ADDED) and the
-/// first event showing it Running and Ready, both on one pods watch from before the run.
-async fn startup_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Duration>> {
+/// Startup latency of each pod that runs, with its name: the time between its first event
+/// (ADDED) and the first event showing it Running and Ready, both on one pods watch from
+/// before the run.
+async fn startup_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(String, Duration)>> {
     let mut rv = pods_rv(&reqwest::Client::new(), base).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let base = base.to_string();
@@ -83,7 +84,7 @@ async fn startup_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Dura
                                 .or_insert_with(|| Some(Instant::now()));
                             if let Some(t) = at.filter(|_| is_running(o)) {
                                 *at = None;
-                                if tx.send(t.elapsed()).is_err() {
+                                if tx.send((name.to_string(), t.elapsed())).is_err() {
                                     return;
                                 }
                             }
@@ -204,7 +205,9 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
 /// Lines over time on one chart: `series` of (name, [(seconds, value)]).
 fn svg_lines(series: &[(&str, Vec<(f64, f64)>)], unit: &str, title: &str) -> String {
     let (w, h) = (640.0, 320.0);
-    let colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"];
+    let colours = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    ];
     let pts = series.iter().flat_map(|s| s.1.iter());
     let tmax = pts.clone().map(|p| p.0).fold(0.1, f64::max);
     let ymax = pts.map(|p| p.1).fold(1.0, f64::max);
@@ -302,7 +305,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
     while startup.len() < pods {
         tokio::select! {
             got = feed.recv() => {
-                let d = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
+                let (_, d) = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
                 startup.push(d.as_secs_f64() * 1000.0);
             }
             _ = tick.tick() => {
@@ -314,7 +317,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
                     *e = (*e).max(r);
                     rss.entry(n).or_default().push((t, r as f64 / 1048576.0));
                 }
-                if curve.len() % 10 == 0 {
+                if curve.len().is_multiple_of(10) {
                     let total: u64 = pids.iter().map(|(_, p)| rss_of(*p)).sum();
                     println!("    {t:6.1}s  {}/{pods} Running, RSS {:.0} MiB", startup.len(), total as f64 / 1048576.0);
                 }
@@ -330,6 +333,43 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
         .map(|(n, p)| (*n, cpu_seconds(*p) - cpu0[n]))
         .collect();
     let hist1 = request_histograms(&c.base).await;
+
+    // Upstream's density method: with the cluster full, latency pods created at a steady
+    // 5 per second (1-replica Deployments here), each timed from its first event to Running.
+    let latency_pods = 100;
+    let creator = {
+        let base = c.base.clone();
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            for i in 0..latency_pods {
+                tick.tick().await;
+                post(&http, &base, &deployment(&format!("latency-{i}"), 1)).await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut latency: Vec<f64> = Vec::with_capacity(latency_pods);
+    let lat_deadline = Instant::now() + Duration::from_secs(300);
+    while latency.len() < latency_pods {
+        let got =
+            tokio::time::timeout_at(tokio::time::Instant::from_std(lat_deadline), feed.recv())
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "only {} of {latency_pods} latency pods Running after 5 min",
+                        latency.len()
+                    )
+                })?;
+        let (name, d) = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
+        if name.starts_with("latency-") {
+            latency.push(d.as_secs_f64() * 1000.0);
+        }
+    }
+    creator.await??;
+    latency.sort_by(f64::total_cmp);
+    let (l50, l99) = (pct(&latency, 0.5), pct(&latency, 0.99));
+    println!("  latency pods in the full cluster: startup p50 {l50:.0} ms, p99 {l99:.0} ms");
 
     // The best 10 s of the run.
     let best10 = curve
@@ -385,7 +425,12 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
     // single-object calls p99 ≤ 1 s, LISTs ≤ 30 s.
     let mut verbs: Vec<&String> = hist1
         .keys()
-        .filter(|v| !matches!(v.as_str(), "WATCH" | "WATCHLIST" | "CONNECT"))
+        .filter(|v| {
+            !matches!(
+                v.to_ascii_lowercase().as_str(),
+                "watch" | "watchlist" | "connect"
+            )
+        })
         .collect();
     verbs.sort();
     let mut api_rows = String::new();
@@ -407,7 +452,11 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
             continue;
         }
         let (p50, p99) = (quantile(&delta, 0.5), quantile(&delta, 0.99));
-        let slo = if verb == "LIST" { 30.0 } else { 1.0 };
+        let slo = if verb.eq_ignore_ascii_case("list") {
+            30.0
+        } else {
+            1.0
+        };
         let met = p99 <= slo;
         slo_met &= met;
         println!(
@@ -422,7 +471,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
             if met { "met" } else { "**missed**" }
         ));
     }
-    let startup_met = s99 <= 5000.0;
+    let startup_met = l99 <= 5000.0;
 
     std::fs::write(
         "docs/e2e-scale-pods.svg",
@@ -475,12 +524,13 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
          `scripts/bench-scale.sh`: the five components as processes on loopback, rkube-store, the open configuration, client limits off; \
          one kubelet-agent process simulates {nodes} nodes (each with its own lease, status updates and pods watch; `fast` stages). \
          {} Deployments of mixed sizes (40 % of the pods in Deployments of 1,000, 40 % of 500, 10 % of 100, 10 % of 20) are POSTed by 8 concurrent clients at once; \
-         the run lasts until every pod is seen Running and Ready through a pods watch. Pod startup: first event of a pod → first event showing it Running and Ready, on that watch. \
+         the run lasts until every pod is seen Running and Ready through a pods watch. Pod startup: first event of a pod → first event showing it Running and Ready, on that watch; the SLO is checked as upstream's density test checks it, on latency pods created at a steady rate once the cluster is full (during the flood every pod waits behind tens of thousands of others). \
          API latency: the increase of the apiserver's `apiserver_request_duration_seconds` over the run, by verb, quantiles interpolated inside buckets as Prometheus's `histogram_quantile`.\n\n\
          | | |\n|---|---|\n\
          | all Running | {secs:.1} s |\n| rate | {:.0} pods/s (best 10 s: {best10:.0} pods/s) |\n| Deployments created | in {created:.1} s |\n\
          | peak RSS, whole control plane | {:.0} MiB (sum of the processes' peaks) |\n| CPU, whole control plane | {total_cpu:.0} CPU-s, {:.2} ms per pod |\n\
-         | pod startup | p50 {s50:.0} ms, p99 {s99:.0} ms (SLO p99 ≤ 5 s: {}) |\n| API calls | {} |\n\n\
+         | pod startup, {latency_pods} latency pods at 5/s in the full cluster (upstream's density method) | p50 {l50:.0} ms, p99 {l99:.0} ms (SLO p99 ≤ 5 s: {}) |\n\
+         | pod startup during the flood (every pod, queued behind the others) | p50 {s50:.0} ms, p99 {s99:.0} ms |\n| API calls | {} |\n\n\
          | component | RSS with {nodes} idle nodes | peak RSS | per pod | CPU-s | CPU per pod |\n|---|---|---|---|---|---|\n{per}\n\
          | verb | requests | p50 | p99 | SLO (p99) | |\n|---|---|---|---|---|---|\n{api_rows}\n\
          | LIST of every pod | median of 3 | slowest | size | SLO |\n|---|---|---|---|---|\n{list_rows}\n\
