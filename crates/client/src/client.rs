@@ -203,7 +203,12 @@ impl Client {
             );
             let resp = sent?;
             let code = resp.status().as_u16();
-            if let Some(wait) = retry_after(code, resp.headers()).filter(|_| attempt < MAX_TRIES) {
+            let idempotent = method == reqwest::Method::GET;
+            if let Some(wait) =
+                retry_after(code, idempotent, resp.headers()).filter(|_| attempt < MAX_TRIES)
+            {
+                // Read to the end: the connection goes back to the pool.
+                let _ = resp.bytes().await;
                 tokio::time::sleep(wait).await;
                 continue;
             }
@@ -260,10 +265,16 @@ impl Client {
 /// Tries of a request the server asks to be retried (client-go's `maxRetries` + 1).
 const MAX_TRIES: u32 = 10;
 
-/// How long to wait before trying again, when the answer says (client-go's `checkWait`): a 429
-/// or 5xx with a `Retry-After` of whole seconds, clamped to 1–10 s.
-fn retry_after(code: u16, headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
-    if code != 429 && code < 500 {
+/// How long to wait before trying again, when the answer says (client-go's `checkWait`): a
+/// `Retry-After` of whole seconds, clamped to 1–10 s, on a 429 (not served, whatever the method)
+/// or, for a read, a 5xx (a write answered 5xx may have been stored: sending it again could
+/// create a second object).
+fn retry_after(
+    code: u16,
+    idempotent: bool,
+    headers: &reqwest::header::HeaderMap,
+) -> Option<std::time::Duration> {
+    if code != 429 && !(idempotent && code >= 500) {
         return None;
     }
     let secs: u64 = headers
@@ -737,7 +748,22 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), Some(429));
         assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert_eq!(retry_after(503, &reqwest::header::HeaderMap::new()), None);
+        let mut h = reqwest::header::HeaderMap::new();
+        assert_eq!(retry_after(503, true, &h), None, "no Retry-After");
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(
+            retry_after(503, true, &h),
+            Some(std::time::Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_after(504, false, &h),
+            None,
+            "a write that may have been stored"
+        );
+        assert_eq!(
+            retry_after(429, false, &h),
+            Some(std::time::Duration::from_secs(2))
+        );
     }
 
     #[test]

@@ -16,8 +16,6 @@ pub fn controller_ref(
         .find(|r| r.controller == Some(true))
 }
 
-/// Parses a `metav1.LabelSelector`; an empty or absent one selects nothing here (a controller
-/// must never adopt everything).
 /// What a controller with `uid` may claim in `ns`: the objects it controls and the
 /// namespace's uncontrolled ones (upstream's controller-UID index with its orphan entries),
 /// never every object in the namespace — a sync costs what the controller owns.
@@ -30,12 +28,17 @@ pub fn claim_candidates<K: rkube_client::Resource>(
     let mut out: Vec<std::sync::Arc<K>> = store
         .by_index(index::OWNER_UID, uid)
         .into_iter()
-        .filter(|o| controller_ref(o.metadata()).is_some_and(|r| r.uid == uid))
+        .filter(|o| {
+            o.metadata().namespace.as_deref().unwrap_or_default() == ns
+                && controller_ref(o.metadata()).is_some_and(|r| r.uid == uid)
+        })
         .collect();
     out.extend(store.by_index(index::ORPHANS, ns));
     out
 }
 
+/// Parses a `metav1.LabelSelector`; an empty or absent one selects nothing here (a controller
+/// must never adopt everything).
 pub fn selector(s: Option<&LabelSelector>) -> Option<Selector> {
     let s = s?;
     let empty = s.match_labels.as_ref().is_none_or(|m| m.is_empty())

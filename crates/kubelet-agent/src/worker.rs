@@ -181,6 +181,8 @@ impl NodeRuntime {
         let mut last_sent: Option<u64> = None;
         // The resourceVersion our last status write made.
         let mut last_rv: u64 = 0;
+        // A status write failed: try again soon (not only on the next change).
+        let mut unsent = false;
         let mut deleted_api = false;
         loop {
             // Deletion asked for: stop the containers within the grace period.
@@ -220,7 +222,13 @@ impl NodeRuntime {
             // Someone else changed it after our last write (the node lifecycle controller marks
             // a pod not ready while its node is not reporting): said again, as a kubelet's
             // status manager compares with the API's status, not only with its own last write.
+            // Never over a terminal phase someone else set (PodGC's Failed).
+            let terminal = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
             let overwritten = last_sent.is_some()
+                && !terminal
                 && resource_version(&pod) > last_rv
                 && !agrees(pod.status.as_ref(), &status);
             if last_sent != Some(digest) || overwritten {
@@ -234,9 +242,11 @@ impl NodeRuntime {
                         self.status_writes.inc();
                         last_sent = Some(digest);
                         last_rv = resource_version(&written);
+                        unsent = false;
                     }
                     Err(e) if e.is_not_found() || e.code() == Some(409) => break,
                     Err(e) => {
+                        unsent = true;
                         tracing::debug!(pod = %key, error = %e, "status update failed; will retry")
                     }
                 }
@@ -265,6 +275,7 @@ impl NodeRuntime {
                 match next {
                     Some(t) => tokio::time::sleep_until(t).await,
                     None if last_sent.is_none()
+                        || unsent
                         || (finished
                             && !deleted_api
                             && pod.metadata.deletion_timestamp.is_some()) =>

@@ -167,13 +167,21 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
 
 /// The message of a group/version's kind: `apps/v1` `Deployment` → `api.apps.v1.Deployment`.
 fn message_for(api_version: &str, kind: &str) -> Option<String> {
-    let name = if kind == "DeleteOptions" || kind == "Status" {
+    let name = if kind == "DeleteOptions"
+        || (kind == "Status" && matches!(api_version, "v1" | "meta.k8s.io/v1"))
+    {
         format!("apimachinery.pkg.apis.meta.v1.{kind}")
     } else {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        // Upstream's groups only (`apps`, `networking.k8s.io`, `rbac.authorization.k8s.io`,
+        // …): a custom resource's `apps.example.com` is not `apps`.
         let group = match group {
             "" => "core",
-            g => g.split('.').next().unwrap_or(g),
+            g => match g.split_once('.') {
+                None => g,
+                Some((first, "k8s.io" | "authorization.k8s.io" | "apiserver.k8s.io")) => first,
+                Some(_) => return None,
+            },
         };
         format!("api.{group}.{version}.{kind}")
     };

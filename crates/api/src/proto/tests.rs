@@ -341,6 +341,12 @@ fn what_has_no_protobuf_form_is_said_so() {
     assert!(encodable("apps/v1", "Deployment"));
     assert!(encodable("v1", "PodList"));
     assert!(!encodable("example.com/v1", "Widget"));
+    // A custom resource named as a built-in kind is not one.
+    assert!(!encodable("apps.example.com/v1", "Deployment"));
+    assert!(!encodable("example.com/v1", "Status"));
+    assert!(encodable("rbac.authorization.k8s.io/v1", "ClusterRole"));
+    assert!(encodable("networking.k8s.io/v1", "IngressList"));
+    assert!(encodable("flowcontrol.apiserver.k8s.io/v1", "FlowSchema"));
     let e = encode(&json!({"apiVersion": "example.com/v1", "kind": "Widget"})).unwrap_err();
     assert!(matches!(e, ProtoError::UnknownType(_)), "{e}");
     let e =

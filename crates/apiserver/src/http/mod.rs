@@ -294,7 +294,8 @@ pub(crate) fn scope<'a>(
     req: &Request,
 ) -> Result<Scope<'a>, ApiError> {
     let r = info.resource.as_ref().expect("a resource request");
-    check_accept(req.headers())?;
+    let api_version = reg.def.api_version();
+    check_accept(req.headers(), Some((api_version.as_str(), reg.def.kind)))?;
     if let Some(name) = &r.name {
         rkube_api::validation::path_segment_name(name)
             .map_err(|e| ApiError::bad_request(format!("Name parameter invalid: {name:?}: {e}")))?;
@@ -400,11 +401,11 @@ async fn dispatch(s: Scope<'_>, req: Request) -> Result<Response, ApiError> {
 }
 
 /// JSON and Kubernetes protobuf are served; an Accept header that rules both out is 406.
-fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
+fn check_accept(headers: &HeaderMap, kind: Option<(&str, &str)>) -> Result<(), ApiError> {
     let Some(accept) = headers.get("accept").and_then(|v| v.to_str().ok()) else {
         return Ok(());
     };
-    if negotiate::acceptable(accept) {
+    if negotiate::acceptable(accept, kind) {
         Ok(())
     } else {
         Err(ApiError::not_acceptable(format!(

@@ -23,11 +23,7 @@ pub enum Wire {
 /// their preference first): the first one served decides.
 pub fn wanted(accept: &str) -> Wire {
     let mut protobuf = false;
-    for part in accept.split(',') {
-        let mut params = part.split(';');
-        let media = params.next().unwrap_or("").trim();
-        // `as=Table`, `as=PartialObjectMetadata…` are other representations (JSON here).
-        let plain = !params.any(|p| p.trim().starts_with("as="));
+    for (media, plain) in media_types(accept) {
         if media == proto::CONTENT_TYPE && plain {
             protobuf = true;
         } else if is_json(media) {
@@ -47,13 +43,39 @@ fn is_json(media: &str) -> bool {
     media.is_empty() || media == "*/*" || media == "application/*" || media.ends_with("json")
 }
 
-/// Whether an Accept header names a representation this server can answer in.
-pub fn acceptable(accept: &str) -> bool {
-    accept.split(',').any(|part| {
-        let media = part.split(';').next().unwrap_or("").trim();
-        is_json(media) || media == proto::CONTENT_TYPE
+/// The Accept header's media types in order, each with whether it asks for the plain object
+/// (no `as=` representation); those refused with `q=0` left out.
+fn media_types(accept: &str) -> impl Iterator<Item = (&str, bool)> {
+    accept.split(',').filter_map(|part| {
+        let mut params = part.split(';');
+        let media = params.next().unwrap_or("").trim();
+        let (mut plain, mut refused) = (true, false);
+        for p in params {
+            let p = p.trim();
+            // `as=Table`, `as=PartialObjectMetadata…` are other representations (JSON here).
+            plain &= !p.starts_with("as=");
+            refused |= p
+                .strip_prefix("q=")
+                .is_some_and(|q| q.parse::<f32>() == Ok(0.0));
+        }
+        (!refused).then_some((media, plain))
     })
 }
+
+/// Whether an Accept header names a representation this server can answer in: JSON (any
+/// representation), or plain protobuf — of a kind that has a protobuf form (`kind` is the
+/// resource's; `None` where it is not known before the handler runs).
+pub fn acceptable(accept: &str, kind: Option<(&str, &str)>) -> bool {
+    media_types(accept).any(|(media, plain)| {
+        is_json(media)
+            || (media == proto::CONTENT_TYPE
+                && plain
+                && kind.is_none_or(|(api_version, kind)| proto::encodable(api_version, kind)))
+    })
+}
+
+/// Bodies larger than this are transcoded on a blocking thread, off the async workers.
+const BLOCKING_ABOVE: usize = 256 * 1024;
 
 /// The handler's JSON response, as the client wants it.
 pub async fn respond(resp: Response, wire: Wire) -> Response {
@@ -71,7 +93,15 @@ pub async fn respond(resp: Response, wire: Wire) -> Response {
     let Ok(json) = axum::body::to_bytes(body, usize::MAX).await else {
         return super::error_response(&ApiError::internal("the response body could not be read"));
     };
-    match proto::encode_json(&json) {
+    let encoded = if json.len() > BLOCKING_ABOVE {
+        let body = json.clone();
+        tokio::task::spawn_blocking(move || proto::encode_json(&body))
+            .await
+            .unwrap_or_else(|e| Err(proto::ProtoError::Invalid(e.to_string())))
+    } else {
+        proto::encode_json(&json)
+    };
+    match encoded {
         Ok(pb) => {
             parts.headers.insert(
                 "content-type",
@@ -115,9 +145,28 @@ mod tests {
             )),
             Wire::Json
         );
-        assert!(acceptable(pb));
-        assert!(acceptable("application/json;as=Table;g=meta.k8s.io;v=v1"));
-        assert!(!acceptable("application/yaml"));
+        assert!(acceptable(pb, None));
+        assert!(acceptable(pb, Some(("apps/v1", "Deployment"))));
+        assert!(
+            !acceptable(pb, Some(("example.com/v1", "Widget"))),
+            "no protobuf form: 406 before any write"
+        );
+        assert!(acceptable(
+            &format!("{pb}, application/json"),
+            Some(("example.com/v1", "Widget"))
+        ));
+        assert!(acceptable(
+            "application/json;as=Table;g=meta.k8s.io;v=v1",
+            None
+        ));
+        assert!(!acceptable(
+            &format!("{pb};as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+            None
+        ));
+        assert!(!acceptable("application/yaml", None));
+        // q=0 refuses a type.
+        assert_eq!(wanted(&format!("{pb};q=0, application/json")), Wire::Json);
+        assert!(!acceptable(&format!("{pb};q=0"), None));
     }
 
     #[tokio::test]

@@ -232,10 +232,7 @@ async fn compose_stack_runs_the_nginx_flow_and_survives_an_etcd_member_loss() {
         project.clone(),
         None,
         &["docker-compose.yml", "docker-compose.etcd.yml"],
-        &[(
-            "RKUBE_ETCD_SERVERS",
-            "https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379",
-        )],
+        &[],
     )
     .await;
     let kc = stack.kubeconfig.clone();
