@@ -279,15 +279,26 @@ fn is_running(p: &Value) -> bool {
         })
 }
 
-/// Watches every pod from now on and reports (app label, pod name) when a pod first runs.
-async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(String, String)>> {
+/// A pod seen Running and Ready for the first time.
+struct Ran {
+    /// Its `app` label.
+    app: String,
+    name: String,
+    /// From its first event (ADDED) to this one, both on the same watch.
+    startup: Duration,
+}
+
+/// Watches every pod from now on and reports each one once, when it first runs.
+async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Ran>> {
     let mut rv = pods_rv(&reqwest::Client::new(), base).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let base = base.to_string();
     tokio::spawn(async move {
-        let mut seen = std::collections::HashSet::new();
-        loop {
-            let url = format!("{base}/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=600");
+        // First event of each pod; `None` once it has been reported.
+        let mut first: HashMap<String, Option<Instant>> = HashMap::new();
+        // Bounded: a watch that ends is resumed from its last resourceVersion, a few times.
+        for _ in 0..100 {
+            let url = format!("{base}/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3600");
             let Ok(resp) = reqwest::get(url).await else {
                 return;
             };
@@ -295,9 +306,11 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(Str
             let mut buf = Vec::new();
             while let Some(Ok(chunk)) = s.next().await {
                 buf.extend_from_slice(&chunk);
-                while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=pos).collect();
-                    let Ok(ev) = serde_json::from_slice::<Value>(&line) else {
+                let mut start = 0;
+                while let Some(pos) = buf[start..].iter().position(|b| *b == b'\n') {
+                    let line = &buf[start..start + pos];
+                    start += pos + 1;
+                    let Ok(ev) = serde_json::from_slice::<Value>(line) else {
                         continue;
                     };
                     if ev["type"] == "ERROR" {
@@ -307,22 +320,30 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(Str
                     if let Some(r) = o["metadata"]["resourceVersion"].as_str() {
                         rv = r.to_string();
                     }
-                    if ev["type"] != "DELETED" && is_running(o) {
-                        let name = o["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string();
-                        if seen.insert(name.clone()) {
-                            let app = o["metadata"]["labels"]["app"]
+                    let (Some("ADDED" | "MODIFIED"), Some(name)) =
+                        (ev["type"].as_str(), o["metadata"]["name"].as_str())
+                    else {
+                        continue;
+                    };
+                    let at = first
+                        .entry(name.to_string())
+                        .or_insert_with(|| Some(Instant::now()));
+                    if let Some(t) = at.filter(|_| is_running(o)) {
+                        *at = None;
+                        let ran = Ran {
+                            app: o["metadata"]["labels"]["app"]
                                 .as_str()
                                 .unwrap_or_default()
-                                .to_string();
-                            if tx.send((app, name)).is_err() {
-                                return;
-                            }
+                                .to_string(),
+                            name: name.to_string(),
+                            startup: t.elapsed(),
+                        };
+                        if tx.send(ran).is_err() {
+                            return;
                         }
                     }
                 }
+                buf.drain(..start);
             }
         }
     });
@@ -371,7 +392,7 @@ async fn latency(c: &Cluster, runs: usize) -> anyhow::Result<(f64, f64)> {
         let t0 = Instant::now();
         post(&http, &c.base, &deployment(&name, 1)).await?;
         loop {
-            let (app, _) = tokio::time::timeout(Duration::from_secs(60), feed.recv())
+            let Ran { app, .. } = tokio::time::timeout(Duration::from_secs(60), feed.recv())
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("feed ended"))?;
             if app == name {
@@ -421,8 +442,8 @@ async fn scale_run(c: &Cluster, name: &str, n: usize, progress: bool) -> anyhow:
     while count < n {
         tokio::select! {
             got = feed.recv() => {
-                let (app, _) = got.ok_or_else(|| anyhow::anyhow!("feed ended"))?;
-                if app == name { count += 1; }
+                let ran = got.ok_or_else(|| anyhow::anyhow!("feed ended"))?;
+                if ran.app == name { count += 1; }
             }
             _ = tick.tick() => {
                 let t = t0.elapsed().as_secs_f64();

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use rkube_bench::*;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use super::{cpu_seconds, deployment, is_running, post, svg, Cluster, Flags};
+use super::{cpu_seconds, deployment, post, running_feed, svg, Cluster, Flags, Ran};
 
 /// Deployment sizes and the share of the pods each size holds: a few big, many small, as
 /// upstream's load test mixes them.
@@ -39,68 +38,6 @@ fn plan(total: usize) -> Vec<usize> {
         }
     }
     out
-}
-
-/// Startup latency of each pod that runs, with its name: the time between its first event
-/// (ADDED) and the first event showing it Running and Ready, both on one pods watch from
-/// before the run.
-async fn startup_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<(String, Duration)>> {
-    let mut rv = pods_rv(&reqwest::Client::new(), base).await?;
-    let (tx, rx) = mpsc::unbounded_channel();
-    let base = base.to_string();
-    tokio::spawn(async move {
-        let mut first: HashMap<String, Option<Instant>> = HashMap::new();
-        // Bounded: a watch that ends is resumed from its last resourceVersion, a few times.
-        for _ in 0..100 {
-            let url = format!("{base}/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3600");
-            let Ok(resp) = reqwest::get(url).await else {
-                return;
-            };
-            let mut s = resp.bytes_stream();
-            let mut buf = Vec::new();
-            while let Some(Ok(chunk)) = s.next().await {
-                buf.extend_from_slice(&chunk);
-                let mut start = 0;
-                while let Some(pos) = memchr_nl(&buf[start..]) {
-                    let line = &buf[start..start + pos];
-                    start += pos + 1;
-                    let Ok(ev) = serde_json::from_slice::<Value>(line) else {
-                        continue;
-                    };
-                    if ev["type"] == "ERROR" {
-                        return;
-                    }
-                    let o = &ev["object"];
-                    if let Some(r) = o["metadata"]["resourceVersion"].as_str() {
-                        rv = r.to_string();
-                    }
-                    let Some(name) = o["metadata"]["name"].as_str() else {
-                        continue;
-                    };
-                    match ev["type"].as_str() {
-                        Some("ADDED") | Some("MODIFIED") => {
-                            let at = first
-                                .entry(name.to_string())
-                                .or_insert_with(|| Some(Instant::now()));
-                            if let Some(t) = at.filter(|_| is_running(o)) {
-                                *at = None;
-                                if tx.send((name.to_string(), t.elapsed())).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                buf.drain(..start);
-            }
-        }
-    });
-    Ok(rx)
-}
-
-fn memchr_nl(b: &[u8]) -> Option<usize> {
-    b.iter().position(|c| *c == b'\n')
 }
 
 /// Waits until `n` nodes report Ready.
@@ -271,7 +208,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
     println!("  {nodes} nodes Ready ({ready_secs:.1} s after the agent registered them)");
     let pids = c.pids();
     let rss_before: HashMap<&str, u64> = pids.iter().map(|(n, p)| (*n, rss_of(*p))).collect();
-    let mut feed = startup_feed(&c.base).await?;
+    let mut feed = running_feed(&c.base).await?;
     let hist0 = request_histograms(&c.base).await;
     let cpu0: HashMap<&str, f64> = pids.iter().map(|(n, p)| (*n, cpu_seconds(*p))).collect();
     let t0 = Instant::now();
@@ -305,8 +242,8 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
     while startup.len() < pods {
         tokio::select! {
             got = feed.recv() => {
-                let (_, d) = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
-                startup.push(d.as_secs_f64() * 1000.0);
+                let ran = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
+                startup.push(ran.startup.as_secs_f64() * 1000.0);
             }
             _ = tick.tick() => {
                 let t = t0.elapsed().as_secs_f64();
@@ -361,9 +298,9 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
                         latency.len()
                     )
                 })?;
-        let (name, d) = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
-        if name.starts_with("latency-") {
-            latency.push(d.as_secs_f64() * 1000.0);
+        let ran: Ran = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
+        if ran.name.starts_with("latency-") {
+            latency.push(ran.startup.as_secs_f64() * 1000.0);
         }
     }
     creator.await??;
