@@ -58,16 +58,36 @@ impl VolumeBinder {
             ));
         });
         let q = c.queue.clone();
+        let claims = ctx.claims.clone();
         ctx.volumes.on_change(move |ch| {
-            let v = match ch {
-                Change::Added(v) | Change::Updated { new: v, .. } | Change::Deleted(v) => v,
+            let (v, gone) = match ch {
+                Change::Added(v) | Change::Updated { new: v, .. } => (v, false),
+                Change::Deleted(v) => (v, true),
             };
             q.add(format!("pv:{}", v.metadata.name.as_deref().unwrap_or("")));
-            if let Some(r) = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
-                q.add(claim_key(
+            match v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+                Some(r) => q.add(claim_key(
                     r.namespace.as_deref().unwrap_or(""),
                     r.name.as_deref().unwrap_or(""),
-                ));
+                )),
+                // A volume free to bind: the claims still waiting may fit it now (a claim
+                // synced before this volume reached the cache found nothing to bind).
+                None if !gone => {
+                    for pvc in claims.list() {
+                        let unbound = pvc
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.volume_name.as_deref())
+                            .is_none_or(str::is_empty);
+                        if unbound {
+                            q.add(claim_key(
+                                pvc.metadata.namespace.as_deref().unwrap_or(""),
+                                pvc.metadata.name.as_deref().unwrap_or(""),
+                            ));
+                        }
+                    }
+                }
+                None => {}
             }
         });
         c
