@@ -53,15 +53,15 @@ const MAX_CLIENTS: usize = 256;
 
 impl Entry {
     /// Counts one sent line (`{"type":…,"object":…}`).
-    pub fn sent(&self, line: &[u8]) {
-        if line.starts_with(br#"{"type":"BOOKMARK""#) {
+    pub fn sent(&self, line: &crate::cache::object::Line) {
+        if line.is_bookmark() {
             self.bookmarks.fetch_add(1, Ordering::Relaxed);
             self.client.bookmarks.fetch_add(1, Ordering::Relaxed);
         } else {
             self.events.fetch_add(1, Ordering::Relaxed);
         }
         self.bytes.fetch_add(line.len() as u64, Ordering::Relaxed);
-        if let Some(rv) = resource_version(line) {
+        if let Some(rv) = resource_version(&line.object) {
             self.rv.fetch_max(rv, Ordering::Relaxed);
         }
     }
@@ -208,10 +208,14 @@ mod tests {
             label_selector: "app=x".into(),
             ..Default::default()
         });
-        w.entry.sent(br#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"12","annotations":{"x":"\"resourceVersion\":\"99\""}}}}"#);
-        w.entry.sent(
-            br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"30"}}}"#,
-        );
+        use crate::cache::object::{EventType, Line};
+        w.entry.sent(&Line::event(
+            EventType::Added,
+            bytes::Bytes::from_static(br#"{"kind":"Pod","metadata":{"name":"a","resourceVersion":"12","annotations":{"x":"\"resourceVersion\":\"99\""}}}"#),
+        ));
+        w.entry.sent(&Line::bookmark(bytes::Bytes::from_static(
+            br#"{"kind":"Pod","metadata":{"resourceVersion":"30"}}"#,
+        )));
         let v = t.to_json();
         let item = &v["items"][0];
         assert_eq!(

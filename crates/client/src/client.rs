@@ -90,6 +90,8 @@ struct Inner {
     limiter: TokenBucket,
     /// (qps, burst) the limiter was made with.
     limits: (f32, u32),
+    /// `Config::max_in_flight`'s seats, shared with every copy made from this client.
+    in_flight: Option<Arc<tokio::sync::Semaphore>>,
     observer: Option<crate::config::RequestObserver>,
 }
 
@@ -104,6 +106,8 @@ impl Client {
                 token: cfg.token.clone(),
                 limiter: TokenBucket::new(cfg.qps, cfg.burst),
                 limits: (cfg.qps, cfg.burst),
+                in_flight: (cfg.max_in_flight > 0)
+                    .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_in_flight))),
                 observer: cfg.observer.clone(),
             }),
         })
@@ -122,6 +126,7 @@ impl Client {
                 token: i.token.clone(),
                 limiter: TokenBucket::new(i.limits.0, i.limits.1),
                 limits: i.limits,
+                in_flight: i.in_flight.clone(),
                 observer: i.observer.clone(),
             }),
         }
@@ -188,6 +193,11 @@ impl Client {
         loop {
             attempt += 1;
             self.inner.limiter.acquire().await;
+            // Held until the whole answer is read; given back while a retry waits.
+            let seat = match &self.inner.in_flight {
+                Some(s) => s.acquire().await.ok(),
+                None => None,
+            };
             let started = std::time::Instant::now();
             let mut rb = self
                 .request(method.clone(), path_and_query, false)
@@ -209,6 +219,7 @@ impl Client {
             {
                 // Read to the end: the connection goes back to the pool.
                 let _ = resp.bytes().await;
+                drop(seat);
                 tokio::time::sleep(wait).await;
                 continue;
             }
@@ -780,5 +791,57 @@ mod tests {
             "?watch=true&labelSelector=app%20in%20%28a%2Cb%29&fieldSelector=spec.nodeName%3Dn%201&resourceVersion=12&allowWatchBookmarks=true"
         );
         assert_eq!(ListParams::default().query(false), "");
+    }
+
+    /// A client capped at two requests in flight never has a third at the server: the server
+    /// holds each answer until a third request arrives (or half a second passes).
+    #[tokio::test]
+    async fn max_in_flight_caps_requests_at_the_server() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (open, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (o, m) = (open.clone(), most.clone());
+        tokio::spawn(async move {
+            for _ in 0..8 {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let (open, most) = (o.clone(), m.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let now = open.fetch_add(1, SeqCst) + 1;
+                    most.fetch_max(now, SeqCst);
+                    let deadline =
+                        tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+                    while open.load(SeqCst) < 3 && tokio::time::Instant::now() < deadline {
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    }
+                    open.fetch_sub(1, SeqCst);
+                    let _ = conn
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                        )
+                        .await;
+                });
+            }
+        });
+        let mut cfg = Config::new(&base);
+        cfg.max_in_flight = 2;
+        let c = Client::new(cfg).unwrap();
+        let own = c.with_own_rate_limit();
+        let get = |c: Client| async move { c.send(reqwest::Method::GET, "/api", None).await };
+        let all =
+            futures_util::future::join_all([c.clone(), c.clone(), own.clone(), own].map(get)).await;
+        assert!(all.iter().all(|r| r.is_ok()), "{all:?}");
+        assert_eq!(most.load(SeqCst), 2, "at most two at the server at once");
     }
 }

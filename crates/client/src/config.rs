@@ -27,6 +27,9 @@ pub struct Config {
     /// Client-side rate limit in requests per second; 0 turns it off.
     pub qps: f32,
     pub burst: u32,
+    /// The most requests (watches aside) one client — its clones and `with_own_rate_limit`
+    /// copies together — has at the server at once; more wait their turn. 0: no cap.
+    pub max_in_flight: usize,
     pub user_agent: String,
     pub timeout: std::time::Duration,
     pub observer: Option<RequestObserver>,
@@ -39,13 +42,29 @@ impl std::fmt::Debug for Config {
             .field("server", &self.server)
             .field("qps", &self.qps)
             .field("burst", &self.burst)
+            .field("max_in_flight", &self.max_in_flight)
             .field("user_agent", &self.user_agent)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
+/// The most requests a component (controller-manager, scheduler, kubelet-agent) has at the
+/// apiserver at once, unless its config sets its own cap. Three of them stay under the
+/// apiserver's 200 mutating seats: a ReplicaSet's slow-start batch of 256 creates, or the
+/// simulated kubelets' lease, status and event writes together, would otherwise overrun them,
+/// and each refused request waits out a `Retry-After` second.
+pub const COMPONENT_MAX_IN_FLIGHT: usize = 64;
+
 impl Config {
+    /// This config with `max_in_flight` set to `n` unless it has a cap already.
+    pub fn capped(mut self, n: usize) -> Self {
+        if self.max_in_flight == 0 {
+            self.max_in_flight = n;
+        }
+        self
+    }
+
     pub fn new(server: impl Into<String>) -> Self {
         Config {
             server: server.into().trim_end_matches('/').to_string(),
@@ -55,6 +74,7 @@ impl Config {
             client_identity_pem: None,
             qps: 0.0,
             burst: 0,
+            max_in_flight: 0,
             user_agent: format!("rkube/{}", env!("CARGO_PKG_VERSION")),
             timeout: std::time::Duration::from_secs(30),
             observer: None,

@@ -349,10 +349,49 @@ pub mod index {
 pub mod transform {
     use k8s_openapi::api::core::v1::Pod;
 
-    /// Drops the ServiceAccount admission's projected token volume (`kube-api-access-*`) and
-    /// its mounts: every pod carries them and no controller, scheduler or simulated kubelet of
-    /// ours reads them (in typed form they are the larger part of a small pod).
-    pub fn pod_without_token_volume(p: &mut Pod) {
+    /// What the components cache of a pod: without the ServiceAccount admission's projected
+    /// token volume (`kube-api-access-*`) and its mounts — every pod carries them and no
+    /// controller, scheduler or simulated kubelet of ours reads them (in typed form they are
+    /// the larger part of a small pod) — and with every list exactly sized. A decoded list
+    /// grows by doubling from four, so a pod's one container, one container status or two
+    /// tolerations kept room for four: at 10,000 pods, over a third of a component's heap.
+    pub fn compact_pod(p: &mut Pod) {
+        without_token_volume(p);
+        fit(&mut p.metadata.owner_references);
+        fit(&mut p.metadata.finalizers);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.containers.shrink_to_fit();
+            let containers = spec
+                .containers
+                .iter_mut()
+                .chain(spec.init_containers.iter_mut().flatten());
+            for c in containers {
+                fit(&mut c.args);
+                fit(&mut c.command);
+                fit(&mut c.env);
+                fit(&mut c.ports);
+                fit(&mut c.volume_mounts);
+            }
+            fit(&mut spec.init_containers);
+            fit(&mut spec.volumes);
+            fit(&mut spec.tolerations);
+        }
+        if let Some(status) = p.status.as_mut() {
+            fit(&mut status.conditions);
+            fit(&mut status.container_statuses);
+            fit(&mut status.init_container_statuses);
+            fit(&mut status.pod_ips);
+            fit(&mut status.host_ips);
+        }
+    }
+
+    fn fit<T>(v: &mut Option<Vec<T>>) {
+        if let Some(v) = v {
+            v.shrink_to_fit();
+        }
+    }
+
+    fn without_token_volume(p: &mut Pod) {
         let Some(spec) = p.spec.as_mut() else { return };
         let is_token = |name: &str| name.starts_with("kube-api-access-");
         let Some(volumes) = spec.volumes.as_mut() else {
@@ -430,9 +469,9 @@ mod tests {
     }
 
     #[test]
-    fn a_transform_drops_the_token_volume_before_caching() {
+    fn a_transform_drops_the_token_volume_and_spare_room_before_caching() {
         let s: Store<Pod> = Store::default();
-        s.set_transform(transform::pod_without_token_volume);
+        s.set_transform(transform::compact_pod);
         let p: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": "a", "name": "p", "resourceVersion": "1"},
             "spec": {"containers": [{"name": "c", "volumeMounts": [
@@ -448,6 +487,8 @@ mod tests {
         assert_eq!(spec.volumes.as_ref().unwrap().len(), 1);
         assert_eq!(spec.volumes.as_ref().unwrap()[0].name, "data");
         assert_eq!(spec.containers[0].volume_mounts.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.containers.capacity(), 1, "decoded with room for four");
+        assert_eq!(spec.volumes.as_ref().unwrap().capacity(), 1);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod watch;
 pub mod workqueue;
 
 pub use client::{Api, Client, DeleteParams, ListParams, ObjectList, Patch, Resource};
-pub use config::{ClientFlags, Config};
+pub use config::{ClientFlags, Config, COMPONENT_MAX_IN_FLIGHT};
 pub use error::Error;
 pub use informer::{Change, Informer, Store};
 pub use k8s_openapi as k8s;

@@ -130,7 +130,7 @@ impl Ctx {
         let mut starts = Vec::new();
         let (pods, s) = informer(Api::<Pod>::all(&client), &metrics);
         pods.add_index(index::NODE_NAME, index::pod_node_name);
-        pods.set_transform(rkube_client::informer::transform::pod_without_token_volume);
+        pods.set_transform(rkube_client::informer::transform::compact_pod);
         starts.push(s);
         let (replicasets, s) = informer(Api::<ReplicaSet>::all(&client), &metrics);
         starts.push(s);

@@ -108,7 +108,7 @@ pub struct Config {
 impl Config {
     pub fn new(client: rkube_client::Config) -> Self {
         Config {
-            client,
+            client: client.capped(rkube_client::COMPONENT_MAX_IN_FLIGHT),
             controllers: vec!["*".into()],
             leader: None,
             deployment_workers: 5,

@@ -73,7 +73,8 @@ pub struct Config {
 impl Config {
     pub fn new(client: rkube_client::Config, node_name: &str) -> Self {
         Config {
-            client,
+            // One cap for every simulated node sharing the process's client.
+            client: client.capped(rkube_client::COMPONENT_MAX_IN_FLIGHT),
             node_name: node_name.into(),
             nodes: 1,
             node_index: 0,
@@ -146,6 +147,7 @@ pub async fn run(
                     .map_err(|e| anyhow::anyhow!("node {name}: {e}"))?;
                 cfg.qps = config.client.qps;
                 cfg.burst = config.client.burst;
+                cfg.max_in_flight = config.client.max_in_flight;
                 cfg.user_agent = config.client.user_agent.clone();
                 cfg.timeout = config.client.timeout;
                 cfg.observer = Some(observer.clone());
@@ -270,7 +272,7 @@ pub async fn run(
         export(&metrics, &name, inf.stats());
         node_pods.write().unwrap().insert(name.clone(), inf.store());
         inf.store()
-            .set_transform(rkube_client::informer::transform::pod_without_token_volume);
+            .set_transform(rkube_client::informer::transform::compact_pod);
         let s = shutdown.clone();
         inf.store().on_change(move |ch| match ch {
             Change::Added(p) | Change::Updated { new: p, .. } => rt.pod_changed(p.clone(), &s),

@@ -211,30 +211,32 @@ impl NodeRuntime {
             self.record(&regarding, evs);
             let evs = sim.lock().unwrap().ephemeral(&pod, rkube_client::now());
             self.record(&regarding, evs);
-            let status = sim.lock().unwrap().status(&pod, &self.spec.ip);
-            let bytes = serde_json::to_vec(&status).expect("status");
-            let digest = {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                bytes.hash(&mut h);
-                h.finish()
+            // Only a digest of the status outlives this block: ten thousand workers waiting
+            // for a write permit would otherwise each hold their status and its patch.
+            let (digest, overwritten) = {
+                let status = sim.lock().unwrap().status(&pod, &self.spec.ip);
+                // Someone else changed it after our last write (the node lifecycle controller
+                // marks a pod not ready while its node is not reporting): said again, as a
+                // kubelet's status manager compares with the API's status, not only with its
+                // own last write. Never over a terminal phase someone else set (PodGC's Failed).
+                let terminal = matches!(
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                );
+                let overwritten = last_sent.is_some()
+                    && !terminal
+                    && resource_version(&pod) > last_rv
+                    && !agrees(pod.status.as_ref(), &status);
+                (digest_of(&status), overwritten)
             };
-            // Someone else changed it after our last write (the node lifecycle controller marks
-            // a pod not ready while its node is not reporting): said again, as a kubelet's
-            // status manager compares with the API's status, not only with its own last write.
-            // Never over a terminal phase someone else set (PodGC's Failed).
-            let terminal = matches!(
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            );
-            let overwritten = last_sent.is_some()
-                && !terminal
-                && resource_version(&pod) > last_rv
-                && !agrees(pod.status.as_ref(), &status);
             if last_sent != Some(digest) || overwritten {
+                let permit = self.writes.acquire().await;
+                // Built once the permit is held, from the simulation as it is now.
+                let status = sim.lock().unwrap().status(&pod, &self.spec.ip);
+                let digest = digest_of(&status);
                 // The UID makes it a precondition: never onto a re-created pod of the same name.
                 let patch = Patch::Merge(json!({"metadata": {"uid": uid}, "status": status}));
-                let permit = self.writes.acquire().await;
+                drop(status);
                 let written = api.patch_status(&name, &patch).await;
                 drop(permit);
                 match written {
@@ -318,6 +320,15 @@ fn resource_version(p: &Pod) -> u64 {
 
 /// Whether the API's status says what ours says where others write too: the phase and each
 /// condition's status.
+/// A hash of the status as it would be written: what the last write is remembered by.
+fn digest_of(status: &PodStatus) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let bytes = serde_json::to_vec(status).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
 fn agrees(api: Option<&PodStatus>, ours: &PodStatus) -> bool {
     let conditions = |s: &PodStatus| {
         let mut c: Vec<(String, String)> = s

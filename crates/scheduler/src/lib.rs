@@ -52,7 +52,7 @@ pub struct Config {
 impl Config {
     pub fn new(client: rkube_client::Config) -> Self {
         Config {
-            client,
+            client: client.capped(rkube_client::COMPONENT_MAX_IN_FLIGHT),
             leader: None,
             percentage_of_nodes_to_score: 0,
             scheduler_name: DEFAULT_SCHEDULER.into(),
@@ -371,7 +371,7 @@ impl Scheduler {
             ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
         );
         pods.store()
-            .set_transform(rkube_client::informer::transform::pod_without_token_volume);
+            .set_transform(rkube_client::informer::transform::compact_pod);
         let claims = Informer::new(
             Api::<PersistentVolumeClaim>::all(&self.client),
             ListParams::default(),

@@ -258,24 +258,18 @@ fn convert(c: &Cacher, e: Event) -> Result<Option<CachedEvent>, String> {
     let Some(kv) = e.kv else { return Ok(None) };
     let key = String::from_utf8_lossy(&kv.key).into_owned();
     let rv = kv.mod_revision as u64;
+    // The previous state is usually the cached one: decoded already.
+    let cached = |p: &KeyValue| {
+        c.get(&key)
+            .ok()
+            .and_then(|(o, _)| o)
+            .filter(|o| o.rv == p.mod_revision as u64)
+    };
     let prev = match e.prev_kv {
         None => None,
-        Some(p) => match c.storage.decrypt(&p.key, p.value) {
-            Err(err) => {
-                tracing::warn!(resource = c.def.plural, error = %err, "undecryptable previous object");
-                None
-            }
-            Ok(value) => {
-                match CachedObject::decode(&*c.strategy, key.clone(), &value, p.mod_revision as u64)
-                {
-                    Ok(o) => Some(Arc::new(o)),
-                    Err(err) if conversion_failed(&err) => return Err(err),
-                    Err(err) => {
-                        tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object");
-                        None
-                    }
-                }
-            }
+        Some(p) => match cached(&p) {
+            Some(o) => Some(o),
+            None => decode_prev(c, &key, p)?,
         },
     };
     match e.kind {
@@ -315,4 +309,25 @@ fn convert(c: &Cacher, e: Event) -> Result<Option<CachedEvent>, String> {
             )))
         }
     }
+}
+
+/// The previous state from storage's `prev_kv`, when the cache does not hold it.
+fn decode_prev(c: &Cacher, key: &str, p: KeyValue) -> Result<Option<Arc<CachedObject>>, String> {
+    Ok(match c.storage.decrypt(&p.key, p.value) {
+        Err(err) => {
+            tracing::warn!(resource = c.def.plural, error = %err, "undecryptable previous object");
+            None
+        }
+        Ok(value) => {
+            match CachedObject::decode(&*c.strategy, key.to_string(), &value, p.mod_revision as u64)
+            {
+                Ok(o) => Some(Arc::new(o)),
+                Err(err) if conversion_failed(&err) => return Err(err),
+                Err(err) => {
+                    tracing::warn!(resource = c.def.plural, error = %err, "undecodable previous object");
+                    None
+                }
+            }
+        }
+    })
 }

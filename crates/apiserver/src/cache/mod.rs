@@ -14,12 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use rkube_api::{ApiError, ResourceDef};
 use tokio::sync::{mpsc, watch};
 
 use crate::storage::Storage;
-use object::{bookmark_line, event_line, CachedEvent, CachedObject, Filter};
+use object::{bookmark_line, CachedEvent, CachedObject, EventType, Filter, Line};
 
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
@@ -47,7 +46,7 @@ impl Default for CacheConfig {
 
 struct Watcher {
     filter: Filter,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Line>,
     /// Events at or below this revision are not for this watcher (a watch from a future RV).
     min_rv: u64,
     bookmarks: bool,
@@ -133,8 +132,8 @@ pub struct CacheList {
 /// A registered watch: lines to write first, then the live channel.
 pub struct WatchStream {
     pub id: u64,
-    pub initial: Vec<Bytes>,
-    pub rx: mpsc::Receiver<Bytes>,
+    pub initial: Vec<Line>,
+    pub rx: mpsc::Receiver<Line>,
 }
 
 impl Cacher {
@@ -421,9 +420,9 @@ impl Cacher {
             (id, rx, min_rv)
         };
         if matches!(spec.start, Start::Snapshot) {
-            let mut lines: Vec<Bytes> = snapshot
+            let mut lines: Vec<Line> = snapshot
                 .iter()
-                .map(|o| event_line("ADDED", &o.json))
+                .map(|o| Line::event(EventType::Added, o.json.clone()))
                 .collect();
             if spec.initial_events_end {
                 lines.push(bookmark_line(self.def, snapshot_rv, true));
@@ -456,7 +455,7 @@ impl Cacher {
         let now = Instant::now();
         let mut st = self.state.lock().unwrap();
         let rv = st.rv;
-        let mut line: Option<Bytes> = None;
+        let mut line: Option<Line> = None;
         let mut dead = Vec::new();
         let mut any_bookmarks = false;
         let due: Vec<u64> = st

@@ -36,6 +36,11 @@ impl CachedObject {
         value: &[u8],
         rv: u64,
     ) -> Result<Self, String> {
+        if strategy.served_as_stored() {
+            if let Some(o) = Self::decode_stored_as_served(strategy, &key, value, rv) {
+                return Ok(o);
+            }
+        }
         let mut obj: Value =
             serde_json::from_slice(value).map_err(|e| format!("decoding {key}: {e}"))?;
         if !obj.is_object() {
@@ -48,7 +53,75 @@ impl CachedObject {
         Ok(Self::from_value(strategy, key, &obj, rv))
     }
 
+    /// `decode` for a kind served as it is stored, without a second serialization: the
+    /// resourceVersion is written into the stored bytes (first in `metadata`), and only what
+    /// labels and selectable fields are read from is parsed — everything but
+    /// `metadata.managedFields`, often the larger half of an object. `None` when the bytes are
+    /// not what this expects (escaped keys, a stored resourceVersion): `decode` parses them
+    /// the general way.
+    fn decode_stored_as_served(
+        strategy: &dyn Strategy,
+        key: &str,
+        value: &[u8],
+        rv: u64,
+    ) -> Option<Self> {
+        use serde_json::value::RawValue;
+        // A watch event is one line: stored bytes with line breaks (whitespace a tool wrote)
+        // are re-serialized.
+        if memchr::memchr(b'\n', value).is_some() {
+            return None;
+        }
+        let top: Vec<(&str, &RawValue)> = serde_json::from_slice::<Entries>(value).ok()?.0;
+        let mut obj = serde_json::Map::new();
+        let mut meta_at = None;
+        for (k, raw) in top {
+            if k != "metadata" {
+                obj.insert(k.to_string(), serde_json::from_str(raw.get()).ok()?);
+                continue;
+            }
+            let entries = serde_json::from_str::<Entries>(raw.get()).ok()?.0;
+            let mut meta = serde_json::Map::new();
+            for (mk, mraw) in entries {
+                match mk {
+                    "resourceVersion" => return None,
+                    "managedFields" => {}
+                    _ => {
+                        meta.insert(mk.to_string(), serde_json::from_str(mraw.get()).ok()?);
+                    }
+                }
+            }
+            // Where the metadata object starts in `value` (`raw` borrows from it).
+            let at = raw.get().as_ptr() as usize - value.as_ptr() as usize;
+            let empty = raw.get()[1..].trim_start().starts_with('}');
+            meta_at = Some((at, empty, meta));
+        }
+        let (at, empty, meta) = meta_at?;
+        obj.insert("metadata".into(), Value::Object(meta));
+        let obj = Value::Object(obj);
+        let stamp = format!(
+            "\"resourceVersion\":\"{rv}\"{}",
+            if empty { "" } else { "," }
+        );
+        let mut json = Vec::with_capacity(value.len() + stamp.len());
+        json.extend_from_slice(&value[..at + 1]);
+        json.extend_from_slice(stamp.as_bytes());
+        json.extend_from_slice(&value[at + 1..]);
+        Some(Self::with_json(strategy, key.to_string(), &obj, rv, json))
+    }
+
     pub fn from_value(strategy: &dyn Strategy, key: String, obj: &Value, rv: u64) -> Self {
+        let json = serde_json::to_vec(obj).unwrap_or_default();
+        Self::with_json(strategy, key, obj, rv, json)
+    }
+
+    /// The object `obj` whose wire form is `json`.
+    fn with_json(
+        strategy: &dyn Strategy,
+        key: String,
+        obj: &Value,
+        rv: u64,
+        json: Vec<u8>,
+    ) -> Self {
         let labels: Vec<(Box<str>, Box<str>)> = meta::labels(obj)
             .into_iter()
             .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
@@ -63,7 +136,11 @@ impl CachedObject {
             key,
             rv,
             // Exactly sized: serialization grows its buffer by doubling.
-            json: Bytes::copy_from_slice(&serde_json::to_vec(obj).unwrap_or_default()),
+            json: if json.capacity() == json.len() {
+                Bytes::from(json)
+            } else {
+                Bytes::copy_from_slice(&json)
+            },
             selectable,
             labels: labels.into_boxed_slice(),
             fields: fields.join("\0").into_boxed_str(),
@@ -122,6 +199,33 @@ impl CachedObject {
     }
 }
 
+/// A JSON object's members in order, keys and values borrowed from the input (keys with
+/// escapes do not borrow: the decode fails and the caller takes the general path).
+struct Entries<'a>(Vec<(&'a str, &'a serde_json::value::RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Entries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(e) = m.next_entry::<&'de str, &'de serde_json::value::RawValue>()? {
+                    out.push(e);
+                }
+                Ok(Entries(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// Which objects a list or watch wants.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
@@ -172,21 +276,82 @@ pub struct CachedEvent {
     pub obj: Arc<CachedObject>,
     pub prev: Option<Arc<CachedObject>>,
     pub at: std::time::Instant,
-    lines: [OnceLock<Bytes>; 3],
     /// The previous state stamped with this event's RV: what a filtered watcher gets as
     /// DELETED when the object stops matching.
     prev_at_rv: OnceLock<Bytes>,
 }
 
-pub fn event_line(kind: &str, object: &[u8]) -> Bytes {
-    let mut s = Vec::with_capacity(object.len() + 32);
-    s.extend_from_slice(b"{\"type\":\"");
-    s.extend_from_slice(kind.as_bytes());
-    s.extend_from_slice(b"\",\"object\":");
-    s.extend_from_slice(object);
-    s.extend_from_slice(b"}\n");
-    Bytes::from(s)
+/// One watch event on the wire: `{"type":"…","object":` + the object + `}\n`. The object is
+/// the cache's own JSON (shared, not copied): history and the watchers' queues hold no second
+/// copy of it, and the stream writes the three parts as they are.
+#[derive(Clone, Debug)]
+pub struct Line {
+    head: &'static [u8],
+    pub object: Bytes,
 }
+
+impl Line {
+    const TAIL: &'static [u8] = b"}\n";
+
+    pub fn event(kind: EventType, object: Bytes) -> Self {
+        let head: &'static [u8] = match kind {
+            EventType::Added => br#"{"type":"ADDED","object":"#,
+            EventType::Modified => br#"{"type":"MODIFIED","object":"#,
+            EventType::Deleted => br#"{"type":"DELETED","object":"#,
+        };
+        Line { head, object }
+    }
+
+    pub fn bookmark(object: Bytes) -> Self {
+        Line {
+            head: BOOKMARK_HEAD,
+            object,
+        }
+    }
+
+    pub fn is_bookmark(&self) -> bool {
+        self.head == BOOKMARK_HEAD
+    }
+
+    /// ADDED, MODIFIED or DELETED (not a bookmark or an error).
+    pub fn is_change(&self) -> bool {
+        !self.is_bookmark() && self.head != ERROR_HEAD
+    }
+
+    /// The same event carrying another object (a table row).
+    pub fn with_object(self, object: Bytes) -> Self {
+        Line { object, ..self }
+    }
+
+    pub fn len(&self) -> usize {
+        self.head.len() + self.object.len() + Self::TAIL.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The line in the three pieces it is written as.
+    pub fn frames(self) -> [Bytes; 3] {
+        [
+            Bytes::from_static(self.head),
+            self.object,
+            Bytes::from_static(Self::TAIL),
+        ]
+    }
+
+    /// The whole line in one buffer (a WebSocket message, a table row's event).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut s = Vec::with_capacity(self.len());
+        s.extend_from_slice(self.head);
+        s.extend_from_slice(&self.object);
+        s.extend_from_slice(Self::TAIL);
+        Bytes::from(s)
+    }
+}
+
+const BOOKMARK_HEAD: &[u8] = br#"{"type":"BOOKMARK","object":"#;
+const ERROR_HEAD: &[u8] = br#"{"type":"ERROR","object":"#;
 
 impl CachedEvent {
     pub fn new(
@@ -201,52 +366,43 @@ impl CachedEvent {
             obj,
             prev,
             at: std::time::Instant::now(),
-            lines: Default::default(),
             prev_at_rv: OnceLock::new(),
         }
     }
 
     /// The line a watcher with `filter` receives for this event, if any, with selector
     /// transitions turned into ADDED / DELETED.
-    pub fn line_for(&self, filter: &Filter) -> Option<Bytes> {
+    pub fn line_for(&self, filter: &Filter) -> Option<Line> {
+        let this = |kind| Line::event(kind, self.obj.json.clone());
         match self.kind {
-            EventType::Added => filter
-                .matches(&self.obj)
-                .then(|| self.line(EventType::Added)),
-            EventType::Deleted => filter
-                .matches(&self.obj)
-                .then(|| self.line(EventType::Deleted)),
+            EventType::Added | EventType::Deleted => {
+                filter.matches(&self.obj).then(|| this(self.kind))
+            }
             EventType::Modified => {
                 let new_m = filter.matches(&self.obj);
                 let old_m = self.prev.as_ref().is_some_and(|p| filter.matches(p));
                 match (old_m, new_m) {
-                    (true, true) => Some(self.line(EventType::Modified)),
-                    (false, true) => Some(self.line(EventType::Added)),
-                    (true, false) => Some(
+                    (true, true) => Some(this(EventType::Modified)),
+                    (false, true) => Some(this(EventType::Added)),
+                    (true, false) => Some(Line::event(
+                        EventType::Deleted,
                         self.prev_at_rv
                             .get_or_init(|| {
                                 let p = self.prev.as_ref().expect("old matched");
-                                event_line("DELETED", &p.with_rv(self.rv).json)
+                                p.with_rv(self.rv).json.clone()
                             })
                             .clone(),
-                    ),
+                    )),
                     (false, false) => None,
                 }
             }
         }
     }
-
-    fn line(&self, as_kind: EventType) -> Bytes {
-        let i = as_kind as usize;
-        self.lines[i]
-            .get_or_init(|| event_line(as_kind.as_str(), &self.obj.json))
-            .clone()
-    }
 }
 
 /// `{"type":"BOOKMARK","object":{"kind":…,"apiVersion":…,"metadata":{"resourceVersion":…}}}`,
 /// optionally marked as the end of a streaming list's initial events.
-pub fn bookmark_line(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Bytes {
+pub fn bookmark_line(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Line {
     let annotations = if initial_events_end {
         format!(
             ",\"annotations\":{{\"{}\":\"true\"}}",
@@ -260,10 +416,112 @@ pub fn bookmark_line(def: &ResourceDef, rv: u64, initial_events_end: bool) -> By
         def.kind,
         def.api_version()
     );
-    event_line("BOOKMARK", obj.as_bytes())
+    Line::bookmark(Bytes::from(obj))
 }
 
 /// A single in-stream ERROR event carrying a Status.
-pub fn error_line(status: &rkube_api::Status) -> Bytes {
-    event_line("ERROR", &serde_json::to_vec(status).unwrap_or_default())
+pub fn error_line(status: &rkube_api::Status) -> Line {
+    Line {
+        head: ERROR_HEAD,
+        object: Bytes::from(serde_json::to_vec(status).unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pods() -> &'static dyn Strategy {
+        crate::kinds::KINDS
+            .iter()
+            .find(|(g, k, _)| g.is_empty() && *k == "Pod")
+            .map(|(_, _, s)| *s)
+            .unwrap()
+    }
+
+    /// The general way: parse, stamp, serialize.
+    fn slow(stored: &Value, rv: u64) -> CachedObject {
+        let mut v = stored.clone();
+        meta::set_meta(&mut v, "resourceVersion", json!(rv.to_string()));
+        CachedObject::from_value(pods(), "k".into(), &v, rv)
+    }
+
+    #[test]
+    fn stored_bytes_are_served_with_the_resource_version_written_in() {
+        let stored = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "a", "labels": {"app": "web", "tier": "x"},
+                "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {"f:x": {}}}}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.9"}]}
+        });
+        let bytes = serde_json::to_vec(&stored).unwrap();
+        let fast = CachedObject::decode_stored_as_served(pods(), "k", &bytes, 42).unwrap();
+        let slow = slow(&stored, 42);
+        let parsed = |j: &[u8]| serde_json::from_slice::<Value>(j).unwrap();
+        assert_eq!(
+            parsed(&fast.json),
+            parsed(&slow.json),
+            "same object, RV included"
+        );
+        assert_eq!(parsed(&fast.json)["metadata"]["resourceVersion"], "42");
+        assert_eq!(fast.labels, slow.labels);
+        assert_eq!(fast.fields, slow.fields);
+        assert_eq!(fast.node(), "n1");
+        assert_eq!(fast.field("status.podIP"), "10.0.0.9");
+        assert_eq!(fast.label("tier"), Some("x"));
+        // Through `decode`, the way the feed calls it.
+        let via = CachedObject::decode(pods(), "k".into(), &bytes, 42).unwrap();
+        assert_eq!(via.json, fast.json);
+    }
+
+    #[test]
+    fn unusual_stored_bytes_take_the_general_way() {
+        let p = pods();
+        let empty = br#"{"kind":"Pod","metadata":{ },"spec":{}}"#;
+        let o = CachedObject::decode_stored_as_served(p, "k", empty, 7).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&o.json).unwrap()["metadata"],
+            json!({"resourceVersion": "7"})
+        );
+        for odd in [
+            // A resourceVersion kept in storage: written once, not twice.
+            &br#"{"metadata":{"name":"p","resourceVersion":"3"}}"#[..],
+            // An escaped key does not borrow.
+            br#"{"metad\u0061ta":{"name":"p"}}"#,
+            // Line breaks would split a watch line.
+            b"{\"metadata\":{\"name\":\"p\"},\n\"spec\":{}}",
+            b"not json",
+        ] {
+            assert!(CachedObject::decode_stored_as_served(p, "k", odd, 9).is_none());
+        }
+        let o = CachedObject::decode(
+            p,
+            "k".into(),
+            b"{\"metadata\":{\"name\":\"p\",\"labels\":{\"a\\u0062\":\"c\"}},\n\"spec\":{}}",
+            9,
+        )
+        .unwrap();
+        assert!(!o.json.contains(&b'\n'));
+        assert_eq!(o.label("ab"), Some("c"));
+        let o = CachedObject::decode(
+            p,
+            "k".into(),
+            br#"{"metadata":{"name":"p","resourceVersion":"3"}}"#,
+            9,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&o.json).unwrap()["metadata"]["resourceVersion"],
+            "9"
+        );
+    }
+
+    #[test]
+    fn views_of_another_version_are_never_served_as_stored() {
+        for (g, v, k, s) in crate::kinds::VIEWS {
+            assert!(!s.served_as_stored(), "{g}/{v} {k} converts what it serves");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use rkube_api::{ApiError, ListOptions};
 
 use super::ApiState;
-use crate::cache::object::error_line;
+use crate::cache::object::{error_line, Line};
 use crate::cache::Cacher;
 use crate::registry::Registry;
 
@@ -58,11 +58,16 @@ pub async fn serve(
     opened: crate::watches::Opened,
     ws: Option<axum::extract::ws::WebSocketUpgrade>,
 ) -> Result<Response, ApiError> {
-    let respond =
-        |lines: futures_util::stream::BoxStream<'static, Result<Bytes, std::io::Error>>| match ws {
-            Some(ws) => super::websocket::send_lines(ws, lines),
-            None => streaming(Body::from_stream(lines)),
-        };
+    // Over HTTP a line goes out as its three pieces (the object is the cache's own bytes);
+    // a WebSocket message is the whole line.
+    let respond = |lines: futures_util::stream::BoxStream<'static, Line>| match ws {
+        Some(ws) => {
+            super::websocket::send_lines(ws, lines.map(|l| Ok::<_, std::io::Error>(l.to_bytes())))
+        }
+        None => streaming(Body::from_stream(lines.flat_map(|l| {
+            futures_util::stream::iter(l.frames().map(Ok::<_, std::io::Error>))
+        }))),
+    };
     let timeout = match opts.timeout_seconds {
         // Clamped to a day so the deadline arithmetic cannot overflow.
         Some(s) if s > 0 => Duration::from_secs((s as u64).min(86_400)),
@@ -77,7 +82,7 @@ pub async fn serve(
             state.watches.expired(&opened.client);
             let line = error_line(e.status());
             return Ok(respond(
-                futures_util::stream::once(async move { Ok(line) }).boxed(),
+                futures_util::stream::once(async move { line }).boxed(),
             ));
         }
         Err(e) => return Err(e),
@@ -90,10 +95,10 @@ pub async fn serve(
         metrics: state.metrics.clone(),
     };
     let shutdown = state.shutdown.clone();
-    let initial: Vec<Bytes> = stream.initial;
+    let initial: Vec<Line> = stream.initial;
     struct S {
-        initial: std::vec::IntoIter<Bytes>,
-        rx: tokio::sync::mpsc::Receiver<Bytes>,
+        initial: std::vec::IntoIter<Line>,
+        rx: tokio::sync::mpsc::Receiver<Line>,
         deadline: tokio::time::Instant,
         shutdown: rkube_daemon::ShutdownToken,
         _guard: Guard,
@@ -113,24 +118,22 @@ pub async fn serve(
     let registered = state.watches.open(opened);
     let body = futures_util::stream::unfold(s, |mut s| async move {
         if let Some(line) = s.initial.next() {
-            return Some((Ok::<Bytes, std::io::Error>(line), s));
+            return Some((line, s));
         }
         tokio::select! {
-            line = s.rx.recv() => line.map(|l| (Ok(l), s)),
+            line = s.rx.recv() => line.map(|l| (l, s)),
             _ = tokio::time::sleep_until(s.deadline) => None,
             _ = s.shutdown.cancelled() => None,
         }
     })
     .inspect(move |line| {
         sent.inc();
-        if let Ok(l) = line {
-            registered.entry.sent(l);
-        }
+        registered.entry.sent(line);
     });
     Ok(match printing {
         None => respond(body.boxed()),
         Some(p) => respond(
-            body.map(move |line| line.map(|l| print_event(&*strategy, &l, p.include_object)))
+            body.map(move |l| print_event(&*strategy, l, p.include_object))
                 .boxed(),
         ),
     })
@@ -138,25 +141,20 @@ pub async fn serve(
 
 /// A watch event with its object replaced by a one-row Table (`kubectl get -w`); bookmarks and
 /// errors pass through.
-fn print_event(strategy: &dyn crate::kinds::Strategy, line: &[u8], include_object: bool) -> Bytes {
-    let Ok(mut ev) = serde_json::from_slice::<serde_json::Value>(line) else {
-        return Bytes::copy_from_slice(line);
-    };
-    match ev["type"].as_str() {
-        Some("ADDED") | Some("MODIFIED") | Some("DELETED") => {
-            let obj = ev["object"].take();
-            let rv = rkube_api::meta::resource_version(&obj).to_string();
-            ev["object"] = super::table::table(
-                strategy,
-                std::slice::from_ref(&obj),
-                &rv,
-                None,
-                include_object,
-            );
-            let mut out = serde_json::to_vec(&ev).unwrap_or_default();
-            out.push(b'\n');
-            Bytes::from(out)
-        }
-        _ => Bytes::copy_from_slice(line),
+fn print_event(strategy: &dyn crate::kinds::Strategy, line: Line, include_object: bool) -> Line {
+    if !line.is_change() {
+        return line;
     }
+    let Ok(obj) = serde_json::from_slice::<serde_json::Value>(&line.object) else {
+        return line;
+    };
+    let rv = rkube_api::meta::resource_version(&obj).to_string();
+    let table = super::table::table(
+        strategy,
+        std::slice::from_ref(&obj),
+        &rv,
+        None,
+        include_object,
+    );
+    line.with_object(Bytes::from(serde_json::to_vec(&table).unwrap_or_default()))
 }

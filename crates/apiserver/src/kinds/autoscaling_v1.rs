@@ -36,6 +36,10 @@ const DEFAULT_CPU: i64 = 80;
 impl Strategy for HorizontalPodAutoscalerV1 {
     crate::typed_kind!(rkube_api::k8s::api::autoscaling::v1::HorizontalPodAutoscaler);
 
+    fn served_as_stored(&self) -> bool {
+        false
+    }
+
     fn storage_to_served(&self, obj: &mut Value) -> Result<(), String> {
         *obj = to_v1(obj);
         Ok(())

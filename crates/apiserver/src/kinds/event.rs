@@ -172,6 +172,10 @@ pub fn to_core(obj: &mut Value) {
 impl Strategy for EventsV1 {
     crate::typed_kind!(rkube_api::k8s::api::events::v1::Event);
 
+    fn served_as_stored(&self) -> bool {
+        false
+    }
+
     fn storage_to_served(&self, obj: &mut Value) -> Result<(), String> {
         to_events_v1(obj);
         Ok(())

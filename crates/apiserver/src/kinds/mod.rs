@@ -76,6 +76,13 @@ pub trait Strategy: Send + Sync {
         Ok(())
     }
 
+    /// `storage_to_served` changes nothing: the watch cache may serve the stored bytes with
+    /// only the resourceVersion written in. Every kind that overrides `storage_to_served`
+    /// says false here.
+    fn served_as_stored(&self) -> bool {
+        true
+    }
+
     /// The storage form of an object of this resource; None when it is stored as served.
     fn served_to_storage(&self, _obj: &Value) -> Result<Option<Value>, String> {
         Ok(None)

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use rkube_api::{ApiError, ListOptions};
 
 use super::{ListResult, Registry};
-use crate::cache::object::{CachedObject, Filter};
+use crate::cache::object::{CachedObject, EventType, Filter, Line};
 use crate::cache::{Cacher, Start, WatchSpec, WatchStream};
 use crate::storage::storage_error;
 
@@ -351,10 +351,10 @@ impl Registry {
         let snap = self
             .list_storage(&filter, &self.scope_prefix(&filter), 0, 0, false)
             .await?;
-        let mut initial: Vec<Bytes> = snap
+        let mut initial: Vec<Line> = snap
             .items
-            .iter()
-            .map(|j| crate::cache::object::event_line("ADDED", j))
+            .into_iter()
+            .map(|j| Line::event(EventType::Added, j))
             .collect();
         if streaming && bookmarks {
             initial.push(crate::cache::object::bookmark_line(self.def, snap.rv, true));

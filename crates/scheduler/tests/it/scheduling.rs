@@ -1,12 +1,15 @@
 //! Pods land only where they fit; unschedulable pods say why and schedule once a node that
 //! fits appears; taints, tolerations and nodeSelector are honoured; a controller's pods spread.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Pod;
 use rkube_client::{Api, Patch};
 use serde_json::json;
 
 use crate::harness::{
-    add_node, bound_node, cluster, find_event, pod, start_scheduler, unschedulable_message, Env,
+    add_node, bound_node, cluster, find_event, pod, start_scheduler, unschedulable_message,
+    wait_for, Env,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,7 +43,14 @@ async fn unschedulable_pod_reports_why_then_schedules_when_a_node_fits() {
     let pods: Api<Pod> = Api::namespaced(&env.client, "default");
     pods.create(&pod("huge", "8", json!({}))).await.unwrap();
     let msg = "0/3 nodes are available: 3 Insufficient cpu.";
-    assert_eq!(unschedulable_message(&env.client, "huge").await, msg);
+    // The pod may be tried before the scheduler has seen every node ("0/2 …"); a node
+    // arriving tries it again.
+    wait_for(
+        "huge unschedulable on 3 nodes",
+        Duration::from_secs(30),
+        || async { (unschedulable_message(&env.client, "huge").await == msg).then_some(()) },
+    )
+    .await;
     let reason = pods
         .get("huge")
         .await

@@ -259,6 +259,10 @@ impl Strategy for CustomKind {
 
     fn schema(&self, _gen: &mut SchemaGenerator) {}
 
+    fn served_as_stored(&self) -> bool {
+        false
+    }
+
     /// Stored objects may be in any version (the storage version changes): converted to
     /// the one served, then defaulted.
     fn storage_to_served(&self, obj: &mut Value) -> Result<(), String> {
