@@ -49,11 +49,11 @@ impl std::fmt::Debug for Config {
     }
 }
 
-/// The most requests a component (controller-manager, scheduler, kubelet-agent) has at the
-/// apiserver at once, unless its config sets its own cap. Three of them stay under the
-/// apiserver's 200 mutating seats: a ReplicaSet's slow-start batch of 256 creates, or the
-/// simulated kubelets' lease, status and event writes together, would otherwise overrun them,
-/// and each refused request waits out a `Retry-After` second.
+/// The most requests the controller-manager or the scheduler has at the apiserver at once,
+/// unless its config sets its own cap. Together they stay well under the apiserver's 200
+/// mutating seats: a ReplicaSet's slow-start batch of 256 creates would otherwise overrun
+/// them beside the kubelets' writes, and each refused request waits out a `Retry-After`
+/// second.
 pub const COMPONENT_MAX_IN_FLIGHT: usize = 64;
 
 impl Config {

@@ -241,7 +241,13 @@ where
         }
         Some(s) => {
             let c = client.clone();
-            match LeaderElector::new(&client, s)
+            // Its own client, as upstream's components elect with one: renewals never wait
+            // behind the component's own requests (its in-flight cap, its rate limit).
+            let elect = Client::new(crate::Config {
+                max_in_flight: 0,
+                ..config.clone()
+            })?;
+            match LeaderElector::new(&elect, s)
                 .run(shutdown, move |t| lead(c, t))
                 .await
             {

@@ -73,8 +73,10 @@ pub struct Config {
 impl Config {
     pub fn new(client: rkube_client::Config, node_name: &str) -> Self {
         Config {
-            // One cap for every simulated node sharing the process's client.
-            client: client.capped(rkube_client::COMPONENT_MAX_IN_FLIGHT),
+            // No cap on the client the simulated nodes share: it speaks for many kubelets
+            // (each with its own connection upstream), and 5,000 nodes' lease renewals alone
+            // would fill 64 seats; pod status writes have their own limit (`writes`).
+            client,
             node_name: node_name.into(),
             nodes: 1,
             node_index: 0,

@@ -328,15 +328,28 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
     ] {
         let mut took = Vec::new();
         let mut bytes = 0;
-        for _ in 0..3 {
+        let mut refused = 0;
+        while took.len() < 3 {
             let t = Instant::now();
-            let body = http
+            let resp = http
                 .get(format!("{}/api/v1/pods{query}", c.base))
                 .send()
-                .await?
-                .error_for_status()?
-                .bytes()
                 .await?;
+            // Told to come back (the in-flight limit, a cache re-listing): as a client would,
+            // after Retry-After, a bounded number of times; the waits are not timed.
+            if resp.status() == reqwest::StatusCode::TOO_MANY_REQUESTS && refused < 30 {
+                refused += 1;
+                let wait = resp
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                    .unwrap_or(1)
+                    .clamp(1, 10);
+                println!("  LIST {label}: 429, retrying in {wait} s");
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+                continue;
+            }
+            let body = resp.error_for_status()?.bytes().await?;
             took.push(t.elapsed().as_secs_f64());
             bytes = body.len();
         }
