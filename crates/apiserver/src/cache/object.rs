@@ -1,5 +1,5 @@
 //! What the watch cache holds: each object serialized once (with its resourceVersion) plus
-//! its labels and selectable fields, and each event with its wire lines built at most once.
+//! its labels and selectable fields, and each event, whose wire lines share the object's bytes.
 
 use std::sync::{Arc, OnceLock};
 
