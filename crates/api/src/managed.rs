@@ -181,6 +181,124 @@ fn walk<'a>(
     }
 }
 
+/// The fields `new` sets that `old` did not (or set to another value), and the fields `old`
+/// set that `new` no longer does, within `scope`: as comparing `values_of` both, but parts
+/// equal in both are skipped (a status update walks the status, not the whole object).
+pub fn changes(
+    lists: Lists,
+    old: Option<&Value>,
+    new: &Value,
+    scope: Scope,
+) -> (FieldSet, FieldSet) {
+    let empty = Map::new();
+    fn object(v: Option<&Value>) -> Option<&Map<String, Value>> {
+        v.and_then(Value::as_object)
+    }
+    let (om, nm) = (
+        object(old).unwrap_or(&empty),
+        object(Some(new)).unwrap_or(&empty),
+    );
+    let mut d = Diff::default();
+    for k in union(om, nm) {
+        if !scope.manages(k) {
+            continue;
+        }
+        if k == "metadata" {
+            let (o, n) = (
+                object(om.get(k)).unwrap_or(&empty),
+                object(nm.get(k)).unwrap_or(&empty),
+            );
+            for mk in union(o, n) {
+                if !UNMANAGED_META.contains(&mk) {
+                    let mut path = vec!["f:metadata".into(), format!("f:{mk}")];
+                    d.walk(
+                        lists,
+                        o.get(mk),
+                        n.get(mk),
+                        &mut vec!["metadata", mk],
+                        &mut path,
+                    );
+                }
+            }
+            continue;
+        }
+        d.walk(
+            lists,
+            om.get(k),
+            nm.get(k),
+            &mut vec![k],
+            &mut vec![format!("f:{k}")],
+        );
+    }
+    (d.changed, d.removed)
+}
+
+/// The keys of two maps, each once.
+fn union<'a>(a: &'a Map<String, Value>, b: &'a Map<String, Value>) -> Vec<&'a str> {
+    let mut keys: Vec<&str> = a.keys().chain(b.keys()).map(String::as_str).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+#[derive(Default)]
+struct Diff {
+    changed: FieldSet,
+    removed: FieldSet,
+}
+
+impl Diff {
+    /// Two versions of the field at `path`. A non-empty map on both sides contributes the
+    /// same `.` entry to both and differs only in its children; anything else is walked on
+    /// both sides and compared path by path.
+    fn walk<'a>(
+        &mut self,
+        lists: Lists,
+        old: Option<&'a Value>,
+        new: Option<&'a Value>,
+        names: &mut Vec<&'a str>,
+        path: &mut Path,
+    ) {
+        if old == new {
+            return;
+        }
+        if let (Some(Value::Object(o)), Some(Value::Object(n))) = (old, new) {
+            if !o.is_empty() && !n.is_empty() {
+                for k in union(o, n) {
+                    names.push(k);
+                    path.push(format!("f:{k}"));
+                    self.walk(lists, o.get(k), n.get(k), names, path);
+                    path.pop();
+                    names.pop();
+                }
+                return;
+            }
+        }
+        let mut before = Values::new();
+        let mut after = Values::new();
+        if let Some(o) = old {
+            walk(lists, o, names, path, &mut before);
+        }
+        if let Some(n) = new {
+            walk(lists, n, names, path, &mut after);
+        }
+        for (p, v) in &after {
+            let differs = match before.get(p) {
+                None => true,
+                Some(was) => p.last().is_some_and(|s| s != ".") && was != v,
+            };
+            if differs {
+                self.changed.insert(p.clone());
+            }
+        }
+        for p in before.keys() {
+            if !after.contains_key(p) {
+                self.removed.insert(p.clone());
+            }
+        }
+    }
+}
+
 fn walk_fields<'a>(
     lists: Lists,
     fields: &'a Map<String, Value>,
@@ -499,30 +617,20 @@ pub struct Writer<'a> {
 /// Records an update (create when `old` is None) of `new` by `who` in `new`'s managedFields.
 /// `new` arrives with the managedFields the client sent, or with `old`'s when it sent none.
 pub fn record_update(lists: Lists, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
+    let (changed, removed) = changes(lists, old, new, who.scope);
+    if changed.is_empty()
+        && removed.is_empty()
+        && new
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .is_some_and(|l| !l.is_empty())
+    {
+        return;
+    }
     let mut list = entries(new);
     for e in &mut list {
         e.fields = canonical(lists, std::mem::take(&mut e.fields));
     }
-    let (changed, removed) = {
-        let before = old
-            .map(|o| values_of(lists, o, who.scope))
-            .unwrap_or_default();
-        let after = values_of(lists, new, who.scope);
-        let changed: FieldSet = after
-            .iter()
-            .filter(|(p, v)| match before.get(*p) {
-                None => true,
-                Some(was) => p.last().is_some_and(|s| s != ".") && was != *v,
-            })
-            .map(|(p, _)| p.clone())
-            .collect();
-        let removed: FieldSet = before
-            .keys()
-            .filter(|p| !after.contains_key(*p))
-            .cloned()
-            .collect();
-        (changed, removed)
-    };
     if changed.is_empty() && removed.is_empty() && !list.is_empty() {
         return;
     }

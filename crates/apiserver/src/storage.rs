@@ -27,13 +27,47 @@ pub fn storage_error(def: &ResourceDef, op: &str, e: EtcdError) -> ApiError {
 }
 
 /// Serializes an object for storage: no resourceVersion (it is the mod_revision), no selfLink.
+/// Written as it is, without a copy: the two metadata fields are skipped while serializing.
 pub fn encode(obj: &Value) -> Vec<u8> {
-    let mut o = obj.clone();
-    if let Some(m) = o.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-        m.remove("resourceVersion");
-        m.remove("selfLink");
+    serde_json::to_vec(&ForStorage(obj)).unwrap_or_default()
+}
+
+/// An object as stored: its `metadata` without `resourceVersion` and `selfLink`.
+struct ForStorage<'a>(&'a Value);
+
+/// A `metadata` map without `resourceVersion` and `selfLink`.
+struct StoredMeta<'a>(&'a serde_json::Map<String, Value>);
+
+const NOT_STORED: [&str; 2] = ["resourceVersion", "selfLink"];
+
+impl serde::Serialize for ForStorage<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(obj) = self.0.as_object() else {
+            return self.0.serialize(ser);
+        };
+        let mut map = ser.serialize_map(Some(obj.len()))?;
+        for (k, v) in obj {
+            match (k.as_str(), v) {
+                ("metadata", Value::Object(m)) => map.serialize_entry(k, &StoredMeta(m))?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
     }
-    serde_json::to_vec(&o).unwrap_or_default()
+}
+
+impl serde::Serialize for StoredMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = ser.serialize_map(None)?;
+        for (k, v) in self.0 {
+            if !NOT_STORED.contains(&k.as_str()) {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// A stored value with its resourceVersion stamped in.
@@ -310,5 +344,29 @@ impl Storage {
             .await?;
         self.leases.lock().unwrap().current = Some((resp.id, resp.ttl, Instant::now(), 1));
         Ok(resp.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_bytes_leave_out_the_resource_version_and_self_link_only() {
+        let obj = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "resourceVersion": "7", "selfLink": "/x", "uid": "u",
+                         "labels": {"resourceVersion": "kept"}},
+            "data": {"resourceVersion": "kept", "selfLink": "kept"}
+        });
+        let stored: Value = serde_json::from_slice(&encode(&obj)).unwrap();
+        let mut want = obj.clone();
+        let m = want["metadata"].as_object_mut().unwrap();
+        m.remove("resourceVersion");
+        m.remove("selfLink");
+        assert_eq!(stored, want);
+        // Not an object, or metadata not a map: written as it is.
+        assert_eq!(encode(&json!([1])), b"[1]");
+        assert_eq!(encode(&json!({"metadata": 3})), br#"{"metadata":3}"#);
     }
 }

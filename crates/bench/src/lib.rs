@@ -317,11 +317,25 @@ pub async fn spawn_ready(bin: &Path, args: &[String], ready_url: &str) -> anyhow
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log_sink(bin)?)
         .kill_on_drop(true)
         .spawn()?;
     wait_ready(ready_url).await?;
     Ok(child)
+}
+
+/// Where a component's warnings go: nowhere, or with `RKUBE_BENCH_LOG_DIR` set, appended to
+/// `<dir>/<binary>.log` (what a run that misbehaved is explained from).
+fn log_sink(bin: &Path) -> anyhow::Result<Stdio> {
+    let Some(dir) = std::env::var_os("RKUBE_BENCH_LOG_DIR") else {
+        return Ok(Stdio::null());
+    };
+    let name = bin.file_name().unwrap_or_default().to_string_lossy();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(Path::new(&dir).join(format!("{name}.log")))?;
+    Ok(Stdio::from(file))
 }
 
 /// The current resourceVersion of the pods collection (to watch from "now").

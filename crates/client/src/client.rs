@@ -280,7 +280,7 @@ const MAX_TRIES: u32 = 10;
 /// `Retry-After` of whole seconds, clamped to 1–10 s, on a 429 (not served, whatever the method)
 /// or, for a read, a 5xx (a write answered 5xx may have been stored: sending it again could
 /// create a second object).
-fn retry_after(
+pub fn retry_after(
     code: u16,
     idempotent: bool,
     headers: &reqwest::header::HeaderMap,

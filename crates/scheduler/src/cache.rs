@@ -39,12 +39,33 @@ pub struct NodeInfo {
     pub ports: HashMap<HostPort, usize>,
     /// Pods per controller UID (for spreading).
     pub owners: HashMap<String, usize>,
+    /// Whether the node's Ready condition is True, and whether it is cordoned: read from the
+    /// node once, not by every pod's filter on every node.
+    pub ready: bool,
+    pub unschedulable: bool,
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+fn is_unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 impl NodeInfo {
     fn new(node: Arc<Node>) -> Self {
         NodeInfo {
             allocatable: allocatable(&node),
+            ready: is_ready(&node),
+            unschedulable: is_unschedulable(&node),
             node,
             requested: Resources::default(),
             nonzero: Resources::default(),
@@ -107,12 +128,17 @@ pub fn host_ports(p: &Pod) -> Vec<HostPort> {
 }
 
 pub fn controller_uid(p: &Pod) -> Option<String> {
+    controller_uid_of(p).map(str::to_string)
+}
+
+/// The pod's controller's UID, borrowed (what scoring asks of every node).
+pub fn controller_uid_of(p: &Pod) -> Option<&str> {
     p.metadata
         .owner_references
         .as_ref()?
         .iter()
         .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
+        .map(|r| r.uid.as_str())
 }
 
 /// A pod's required pod-affinity and anti-affinity terms.
@@ -152,6 +178,8 @@ impl Cache {
         match self.nodes.get_mut(&name) {
             Some(info) => {
                 info.allocatable = allocatable(&node);
+                info.ready = is_ready(&node);
+                info.unschedulable = is_unschedulable(&node);
                 info.node = node;
             }
             None => {

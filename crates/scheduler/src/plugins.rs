@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 pub use rkube_api::nodeaffinity::term_matches;
 use rkube_api::taints::tolerated;
 
-use crate::cache::{controller_uid, host_ports, NodeInfo};
+use crate::cache::{controller_uid_of, host_ports, NodeInfo};
 use crate::resources::{pod_requests, Resources};
 
 /// Why a node does not fit.
@@ -50,13 +50,7 @@ pub fn filter(p: &Pod, info: &NodeInfo, req: &Resources) -> Result<(), Vec<Reaso
     let spec = p.spec.as_ref();
     let name = info.name();
     // NodeUnschedulable (tolerated by the matching NoSchedule toleration).
-    if info
-        .node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-    {
+    if info.unschedulable {
         let t = Taint {
             key: "node.kubernetes.io/unschedulable".into(),
             effect: "NoSchedule".into(),
@@ -77,14 +71,7 @@ pub fn filter(p: &Pod, info: &NodeInfo, req: &Resources) -> Result<(), Vec<Reaso
         }
     }
     // Readiness: the Ready condition must be True.
-    let ready = info
-        .node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    if !ready {
+    if !info.ready {
         return Err(vec![R_NOT_READY]);
     }
     // TaintToleration: NoSchedule and NoExecute taints must be tolerated.
@@ -199,8 +186,8 @@ pub fn raw_scores(p: &Pod, info: &NodeInfo, nonzero: &Resources) -> Raw {
     };
     let (fc, fm) = (frac(cpu, a.milli_cpu), frac(mem, a.memory));
     let balanced = ((1.0 - (fc - fm).abs() / 2.0) * 100.0) as i64;
-    let same_owner = controller_uid(p)
-        .and_then(|o| info.owners.get(&o).copied())
+    let same_owner = controller_uid_of(p)
+        .and_then(|o| info.owners.get(o).copied())
         .unwrap_or(0) as i64;
     let prefer_taints = taints(info)
         .iter()

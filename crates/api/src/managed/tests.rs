@@ -443,3 +443,67 @@ fn duplicate_keys_are_visited_once() {
     let c = &out["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["env"].as_array().map_or(0, Vec::len), n, "{}", c["image"]);
 }
+
+/// `changes` skips what is equal on both sides; it finds what comparing every field path of
+/// both objects finds.
+#[test]
+fn changes_match_a_comparison_of_every_field() {
+    let full = |lists: Lists, old: Option<&Value>, new: &Value, scope: Scope| {
+        let before = old.map(|o| values_of(lists, o, scope)).unwrap_or_default();
+        let after = values_of(lists, new, scope);
+        let changed: FieldSet = after
+            .iter()
+            .filter(|(p, v)| match before.get(*p) {
+                None => true,
+                Some(was) => p.last().is_some_and(|s| s != ".") && was != *v,
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        let removed: FieldSet = before
+            .keys()
+            .filter(|p| !after.contains_key(*p))
+            .cloned()
+            .collect();
+        (changed, removed)
+    };
+    let base = deployment("nginx:1", 1);
+    let mut variants = vec![
+        deployment("nginx:2", 1),
+        deployment("nginx:1", 3),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}),
+        json!({"metadata": "not a map", "spec": []}),
+        json!([1, 2]),
+    ];
+    let mut v = base.clone();
+    v["metadata"]["labels"] = json!({});
+    v["metadata"]["annotations"] = json!({"a": "b"});
+    v["metadata"]["uid"] = json!("changed, but unmanaged");
+    v["status"] = json!({"replicas": 1});
+    variants.push(v);
+    let mut v = base.clone();
+    v["spec"]["template"]["spec"]["containers"] = json!([{"name": "nginx", "image": "nginx:1"}, {"name": "side", "image": "s"},
+               {"name": "side", "image": "duplicate key"}, {"image": "no key"}]);
+    v["spec"]["template"]["spec"]["tolerations"] = json!([{"key": "a"}]);
+    v["metadata"]["finalizers"] = json!(["x", "y"]);
+    variants.push(v);
+    let mut v = base.clone();
+    v["spec"]["selector"] = json!({});
+    v["spec"]["strategy"] = json!(null);
+    variants.push(v);
+    variants.push(base);
+    for lists in [Lists::GENERIC] {
+        for scope in [Scope::Main, Scope::Status] {
+            for a in &variants {
+                for b in &variants {
+                    assert_eq!(
+                        changes(lists, Some(a), b, scope),
+                        full(lists, Some(a), b, scope),
+                        "{a} -> {b} ({scope:?})"
+                    );
+                }
+                assert_eq!(changes(lists, None, a, scope), full(lists, None, a, scope));
+                assert_eq!(changes(lists, Some(a), a, scope), Default::default());
+            }
+        }
+    }
+}

@@ -323,12 +323,8 @@ impl Line {
         Line { object, ..self }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.head.len() + self.object.len() + Self::TAIL.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// The line in the three pieces it is written as.

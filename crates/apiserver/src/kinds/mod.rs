@@ -404,6 +404,41 @@ pub static VIEWS: &[(&str, &str, &str, &dyn Strategy)] = &[
 /// `with_metadata`, its labels and annotations, which pods' status writers may set), keeping
 /// the request's resourceVersion and uid preconditions.
 pub fn status_only(new: &mut Value, old: &Value, with_metadata: bool) {
+    let kept: &[&str] = if with_metadata {
+        &["resourceVersion", "uid", "labels", "annotations"]
+    } else {
+        &["resourceVersion", "uid"]
+    };
+    let meta_map = |v: &Value| v.get("metadata").is_some_and(Value::is_object);
+    if !meta_map(new) || !meta_map(old) {
+        return status_copied_onto(new, old, with_metadata);
+    }
+    let (Some(n), Some(o)) = (new.as_object_mut(), old.as_object()) else {
+        return;
+    };
+    // `new` is usually `old` with another status: only the parts that differ are copied.
+    n.retain(|k, _| k == "status" || o.contains_key(k));
+    for (k, ov) in o {
+        match (k.as_str(), n.get_mut(k), ov) {
+            ("status", ..) => {}
+            ("metadata", Some(Value::Object(nm)), Value::Object(om)) => {
+                nm.retain(|mk, _| kept.contains(&mk.as_str()) || om.contains_key(mk));
+                for (mk, mv) in om {
+                    if !kept.contains(&mk.as_str()) && nm.get(mk) != Some(mv) {
+                        nm.insert(mk.clone(), mv.clone());
+                    }
+                }
+            }
+            (_, Some(nv), _) if nv == ov => {}
+            _ => {
+                n.insert(k.clone(), ov.clone());
+            }
+        }
+    }
+}
+
+/// `status_only` by copying `old` whole: for objects whose metadata is not a map.
+fn status_copied_onto(new: &mut Value, old: &Value, with_metadata: bool) {
     let status = new.get("status").cloned();
     let labels = new.pointer("/metadata/labels").cloned();
     let annotations = new.pointer("/metadata/annotations").cloned();
@@ -591,6 +626,48 @@ pub fn reset_status(obj: &mut Value, zero: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The status writer's view: `old` with `new`'s status (and, for pods, labels and
+    /// annotations) and `new`'s preconditions, as copying `old` whole makes it.
+    #[test]
+    fn status_only_is_old_with_the_new_status() {
+        let old = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": "a"},
+            "status": {"phase": "Pending"},
+            "metadata": {"name": "p", "uid": "u1", "resourceVersion": "5",
+                         "labels": {"a": "1"}, "finalizers": ["f"]}});
+        let mut changed = old.clone();
+        changed["status"] = json!({"phase": "Running"});
+        changed["spec"]["nodeName"] = json!("b");
+        changed["extra"] = json!(1);
+        changed["metadata"]["labels"] = json!({"b": "2"});
+        changed["metadata"]["annotations"] = json!({"c": "3"});
+        changed["metadata"]["finalizers"] = json!([]);
+        changed["metadata"]["generation"] = json!(9);
+        changed["metadata"].as_object_mut().unwrap().remove("uid");
+        let mut no_status = old.clone();
+        no_status.as_object_mut().unwrap().remove("status");
+        no_status.as_object_mut().unwrap().remove("spec");
+        let odd = json!({"metadata": 3, "status": {"phase": "Failed"}});
+        let bare = json!({"status": {}});
+        for new in [&old, &changed, &no_status, &odd, &bare] {
+            for base in [&old, &changed, &odd, &bare] {
+                for with_metadata in [true, false] {
+                    let mut fast = new.clone();
+                    status_only(&mut fast, base, with_metadata);
+                    let mut copied = new.clone();
+                    status_copied_onto(&mut copied, base, with_metadata);
+                    assert_eq!(fast, copied, "{new} onto {base} ({with_metadata})");
+                }
+            }
+        }
+        let mut fast = changed.clone();
+        status_only(&mut fast, &old, true);
+        assert_eq!(fast["spec"]["nodeName"], "a");
+        assert_eq!(fast["status"]["phase"], "Running");
+        assert_eq!(fast["metadata"]["labels"], json!({"b": "2"}));
+        assert_eq!(fast["metadata"]["finalizers"], json!(["f"]));
+        assert!(fast.get("extra").is_none() && fast["metadata"].get("uid").is_none());
+    }
 
     #[test]
     fn every_served_resource_has_a_strategy() {

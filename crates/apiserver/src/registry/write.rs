@@ -30,6 +30,20 @@ pub struct Write<'a> {
     pub verb: &'a str,
 }
 
+/// The object an update starts from: decoded (resourceVersion stamped), its revision, and
+/// the stored bytes when it was read from storage (`None`: the watch cache's copy).
+struct Current {
+    obj: Value,
+    rev: i64,
+    stored: Option<Vec<u8>>,
+}
+
+impl Current {
+    fn cached(&self) -> bool {
+        self.stored.is_none()
+    }
+}
+
 /// What a PATCH asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchType {
@@ -322,18 +336,65 @@ impl Registry {
         F: FnMut(&Value) -> Result<Decision, ApiError>,
     {
         let key = self.key(ns, name);
-        let (mut stored, _) = self.storage.get(&key).await.map_err(self.serr("update"))?;
+        let mut start = self.update_start(&key).await?;
         loop {
-            let Some(cur_s) = stored.take() else {
+            let Some(cur) = start.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
-            let cur = self.decode(&cur_s)?;
-            let decision = try_update(&cur)?;
-            match self.commit(&key, &cur_s, cur, decision, dry_run).await? {
+            let decision = match try_update(&cur.obj) {
+                Ok(d) => d,
+                Err(_) if cur.cached() => {
+                    start = self.read_current(&key).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match self.commit(&key, cur, decision, dry_run).await? {
                 Ok(done) => return Ok(done),
-                Err(latest) => stored = latest,
+                Err(latest) => start = self.current_of(latest)?,
             }
         }
+    }
+
+    /// Where an update starts: the watch cache's copy when it holds the object (upstream's
+    /// cacher hands it to `GuaranteedUpdate` as the cached existing object), else storage. The
+    /// copy may be behind: its compare-and-swap then fails and the update goes on from what
+    /// storage holds, and a refusal computed from it is checked again against storage.
+    async fn update_start(&self, key: &str) -> Result<Option<Current>, ApiError> {
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|c| self.strategy.served_as_stored() && c.is_ready());
+        if let Some(Ok((Some(o), _))) = cache.map(|c| c.get(key)) {
+            if let Ok(obj) = serde_json::from_slice(&o.json) {
+                return Ok(Some(Current {
+                    obj,
+                    rev: o.rv as i64,
+                    stored: None,
+                }));
+            }
+        }
+        self.read_current(key).await
+    }
+
+    async fn read_current(&self, key: &str) -> Result<Option<Current>, ApiError> {
+        let (stored, _) = self.storage.get(key).await.map_err(self.serr("update"))?;
+        self.current_of(stored)
+    }
+
+    fn current_of(
+        &self,
+        stored: Option<crate::storage::Stored>,
+    ) -> Result<Option<Current>, ApiError> {
+        stored
+            .map(|s| {
+                Ok(Current {
+                    obj: self.decode(&s)?,
+                    rev: s.mod_revision,
+                    stored: Some(s.value),
+                })
+            })
+            .transpose()
     }
 
     /// Writes (or deletes) what was decided about `cur_s`: Ok with the result, or Err with
@@ -341,21 +402,31 @@ impl Registry {
     async fn commit(
         &self,
         key: &str,
-        cur_s: &crate::storage::Stored,
-        cur: Value,
+        cur: Current,
         decision: Decision,
         dry_run: bool,
     ) -> Result<Result<(Value, bool), Option<crate::storage::Stored>>, ApiError> {
+        let Current {
+            obj: cur,
+            rev,
+            stored,
+        } = cur;
         match decision {
             Decision::Write(new) => {
-                let bytes = self.encode(&new)?;
-                if bytes == cur_s.value || dry_run {
-                    return Ok(Ok((if dry_run { new } else { cur }, false)));
-                }
+                // Unchanged: the same bytes as stored, or (from the cache's copy, whose
+                // resourceVersion `new` carries too) the same object.
+                let bytes = match &stored {
+                    None if new == cur => None,
+                    _ => Some(self.encode(&new)?),
+                };
+                let bytes = match bytes {
+                    Some(b) if stored.as_ref() != Some(&b) && !dry_run => b,
+                    _ => return Ok(Ok((if dry_run { new } else { cur }, false))),
+                };
                 let lease = self.lease().await?;
                 match self
                     .storage
-                    .update(key, bytes, cur_s.mod_revision, lease)
+                    .update(key, bytes, rev, lease)
                     .await
                     .map_err(self.serr("update"))?
                 {
@@ -373,7 +444,7 @@ impl Registry {
                 }
                 match self
                     .storage
-                    .delete(key, cur_s.mod_revision)
+                    .delete(key, rev)
                     .await
                     .map_err(self.serr("delete"))?
                 {
@@ -406,39 +477,50 @@ impl Registry {
         F: FnMut(&Value) -> Result<Value, ApiError>,
     {
         let key = self.key(ns, name);
-        let (mut stored, _) = self.storage.get(&key).await.map_err(self.serr("update"))?;
+        let mut start = self.update_start(&key).await?;
         let attrs = self.attributes(&w, Operation::Update, subresource, ns, name);
         loop {
-            let Some(cur_s) = stored.take() else {
+            let Some(cur) = start.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
-            let cur = self.decode(&cur_s)?;
-            let mut new = build(&cur)?;
-            self.check_identity(ns, name, &cur, &mut new)?;
-            self.strategy.defaults(&mut new);
-            w.admit.mutate(&attrs, &mut new, Some(&cur)).await?;
-            self.check_identity(ns, name, &cur, &mut new)?;
-            let mut decision = self.prepare_update(&cur, new, subresource, w.manager)?;
-            if let Decision::Write(obj) = &mut decision {
-                w.admit.validate(&attrs, obj, Some(&cur)).await?;
-                if let Some(h) = self.hooks.get() {
-                    h.begin_update(&cur, obj, w.dry_run).await?;
+            let decided = async {
+                let mut new = build(&cur.obj)?;
+                self.check_identity(ns, name, &cur.obj, &mut new)?;
+                self.strategy.defaults(&mut new);
+                w.admit.mutate(&attrs, &mut new, Some(&cur.obj)).await?;
+                self.check_identity(ns, name, &cur.obj, &mut new)?;
+                let mut decision = self.prepare_update(&cur.obj, new, subresource, w.manager)?;
+                if let Decision::Write(obj) = &mut decision {
+                    w.admit.validate(&attrs, obj, Some(&cur.obj)).await?;
+                    if let Some(h) = self.hooks.get() {
+                        h.begin_update(&cur.obj, obj, w.dry_run).await?;
+                    }
                 }
+                Ok::<_, ApiError>(decision)
             }
+            .await;
+            let decision = match decided {
+                Ok(d) => d,
+                Err(_) if cur.cached() => {
+                    start = self.read_current(&key).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let began = match (&decision, self.hooks.get()) {
                 (Decision::Write(obj), Some(h)) if !w.dry_run => {
-                    Some((h.clone(), cur.clone(), obj.clone()))
+                    Some((h.clone(), cur.obj.clone(), obj.clone()))
                 }
                 _ => None,
             };
-            let result = self.commit(&key, &cur_s, cur, decision, w.dry_run).await;
+            let result = self.commit(&key, cur, decision, w.dry_run).await;
             if let Some((h, old, new)) = began {
                 h.finish_update(&old, &new, matches!(result, Ok(Ok(_))))
                     .await;
             }
             match result? {
                 Ok(done) => return Ok(done),
-                Err(latest) => stored = latest,
+                Err(latest) => start = self.current_of(latest)?,
             }
         }
     }
@@ -718,26 +800,22 @@ impl Registry {
         w: Write<'_>,
     ) -> Result<Deleted, ApiError> {
         let key = self.key(ns, name);
-        let (mut stored, _) = self.storage.get(&key).await.map_err(self.serr("delete"))?;
+        let mut start = self.read_current(&key).await?;
         let attrs = self.attributes(&w, Operation::Delete, None, ns, name);
         let mut admitted = false;
         loop {
-            let Some(cur_s) = stored.take() else {
+            let Some(cur) = start.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
-            let cur = self.decode(&cur_s)?;
             if !admitted {
-                w.admit.validate(&attrs, &cur, None).await?;
+                w.admit.validate(&attrs, &cur.obj, None).await?;
                 admitted = true;
             }
-            let (decision, immediate) = self.delete_decision(name, &cur, opts)?;
-            match self
-                .commit(&key, &cur_s, cur, decision, opts.dry_run)
-                .await?
-            {
+            let (decision, immediate) = self.delete_decision(name, &cur.obj, opts)?;
+            match self.commit(&key, cur, decision, opts.dry_run).await? {
                 Ok((obj, _)) if immediate => return Ok(Deleted::Gone(obj)),
                 Ok((obj, _)) => return Ok(Deleted::Pending(obj)),
-                Err(latest) => stored = latest,
+                Err(latest) => start = self.current_of(latest)?,
             }
         }
     }

@@ -63,6 +63,11 @@ struct Flags {
     scale_pods: usize,
     #[arg(long, default_value_t = 5_000)]
     scale_nodes: usize,
+    /// Run only the 10,000-replica run on the separate processes and print each component's
+    /// CPU-seconds and peak RSS and the apiserver's requests by verb and resource; writes
+    /// nothing (what to profile next).
+    #[arg(long)]
+    probe: bool,
 }
 
 struct Proc {
@@ -782,6 +787,9 @@ async fn main() -> anyhow::Result<()> {
         println!("wrote {}", f.out.display());
         return Ok(());
     }
+    if f.probe {
+        return probe(&f).await;
+    }
     if f.one_binary {
         one_binary_section(&f).await?;
         println!("wrote {}", f.out.display());
@@ -883,6 +891,77 @@ async fn main() -> anyhow::Result<()> {
     bookmark_section(&f).await?;
     println!("wrote {}", f.out.display());
     Ok(())
+}
+
+/// The 10,000-replica run on the separate processes, with what each component spent and
+/// which requests the apiserver served.
+async fn probe(f: &Flags) -> anyhow::Result<()> {
+    let c = Cluster::start(f, false, false, f.big_nodes).await?;
+    let before = request_counts(&c.base).await;
+    let big = scale_run(&c, "big", f.big_replicas, true).await?;
+    let after = request_counts(&c.base).await;
+    println!(
+        "all Running in {:.2} s ({:.0} pods/s)",
+        big.secs,
+        f.big_replicas as f64 / big.secs
+    );
+    for (name, cpu) in &big.cpu {
+        let rss = big.peak_rss.get(name).copied().unwrap_or(0);
+        println!(
+            "  {name:<20} {cpu:6.1} CPU-s  {:5.0} MiB",
+            rss as f64 / 1048576.0
+        );
+    }
+    let mut served: Vec<(f64, &String)> = after
+        .iter()
+        .map(|(k, v)| (v - before.get(k).copied().unwrap_or(0.0), k))
+        .filter(|(d, _)| *d > 0.0)
+        .collect();
+    served.sort_by(|a, b| b.0.total_cmp(&a.0));
+    println!("apiserver requests during the run (verb resource code):");
+    for (d, k) in served.iter().take(25) {
+        println!("  {d:8.0}  {k}");
+    }
+    Ok(())
+}
+
+/// `apiserver_request_total` by "verb resource code".
+async fn request_counts(base: &str) -> HashMap<String, f64> {
+    let text = metrics_page(base).await;
+    let mut by = HashMap::new();
+    for (labels, value) in samples(&text, "apiserver_request_total") {
+        let label = |k: &str| labels.get(k).copied().unwrap_or("");
+        let key = format!("{} {} {}", label("verb"), label("resource"), label("code"));
+        *by.entry(key).or_default() += value;
+    }
+    by
+}
+
+/// The apiserver's `/metrics` page (empty when it cannot be read).
+async fn metrics_page(base: &str) -> String {
+    match reqwest::get(format!("{base}/metrics")).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// The samples of the metric `name` (with its labels) in a Prometheus text page: each one's
+/// labels and value.
+fn samples<'a>(text: &'a str, name: &str) -> Vec<(HashMap<&'a str, &'a str>, f64)> {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter_map(|line| {
+            let (labels, value) = line.strip_prefix(&prefix)?.rsplit_once("} ")?;
+            let labels = labels
+                .split(',')
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once("=\"")?;
+                    Some((k, v.trim_end_matches('"')))
+                })
+                .collect();
+            Some((labels, value.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The 10,000-replica run on the separate processes and on `rkube server`, one after the

@@ -80,29 +80,16 @@ async fn nodes_ready(base: &str, n: usize) -> anyhow::Result<f64> {
 type Histograms = HashMap<String, Vec<(f64, f64)>>;
 
 async fn request_histograms(base: &str) -> Histograms {
-    let text = match reqwest::get(format!("{base}/metrics")).await {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    };
+    let text = super::metrics_page(base).await;
     let mut by: HashMap<String, HashMap<String, f64>> = HashMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_duration_seconds_bucket{") else {
+    for (labels, v) in super::samples(&text, "apiserver_request_duration_seconds_bucket") {
+        let (Some(verb), Some(le)) = (labels.get("verb"), labels.get("le")) else {
             continue;
         };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |k: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix("=\""))
-                .map(|v| v.trim_end_matches('"').to_string())
-        };
-        let (Some(verb), Some(le), Ok(v)) = (label("verb"), label("le"), value.parse::<f64>())
-        else {
-            continue;
-        };
-        *by.entry(verb).or_default().entry(le).or_default() += v;
+        *by.entry(verb.to_string())
+            .or_default()
+            .entry(le.to_string())
+            .or_default() += v;
     }
     by.into_iter()
         .map(|(verb, les)| {
@@ -339,14 +326,10 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
             // after Retry-After, a bounded number of times; the waits are not timed.
             if resp.status() == reqwest::StatusCode::TOO_MANY_REQUESTS && refused < 30 {
                 refused += 1;
-                let wait = resp
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                    .unwrap_or(1)
-                    .clamp(1, 10);
-                println!("  LIST {label}: 429, retrying in {wait} s");
-                tokio::time::sleep(Duration::from_secs(wait)).await;
+                let wait = rkube_client::client::retry_after(429, true, resp.headers())
+                    .unwrap_or(Duration::from_secs(1));
+                println!("  LIST {label}: 429, retrying in {wait:?}");
+                tokio::time::sleep(wait).await;
                 continue;
             }
             let body = resp.error_for_status()?.bytes().await?;
