@@ -37,6 +37,29 @@ use tokio::sync::Semaphore;
 
 use crate::ShutdownToken;
 
+/// Connections closed at once for a limit: a client sees them reset, so each is logged (at
+/// most one warning per ten seconds, with how many there were since the last).
+#[derive(Default)]
+struct Refusals {
+    since_warned: u64,
+    warned_at: Option<Instant>,
+}
+
+impl Refusals {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn note(&mut self, addr: &std::net::SocketAddr, why: &'static str) {
+        self.since_warned += 1;
+        if self.warned_at.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            tracing::debug!(%addr, "{why}");
+            return;
+        }
+        tracing::warn!(%addr, refused = self.since_warned, "{why}");
+        self.since_warned = 0;
+        self.warned_at = Some(Instant::now());
+    }
+}
+
 /// What one server allows its clients.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -146,6 +169,7 @@ where
     let live = Arc::new(AtomicUsize::new(0));
     let drained = Arc::new(tokio::sync::Notify::new());
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let mut refusals = Refusals::default();
     loop {
         let (tcp, addr) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -160,11 +184,11 @@ where
             },
         };
         let Ok(conn_permit) = conns.clone().try_acquire_owned() else {
-            tracing::debug!(%addr, "connection refused: server at its connection limit");
+            refusals.note(&addr, "connection refused: server at its connection limit");
             continue;
         };
         let Some(ip_slot) = per_ip.take(addr.ip(), limits.max_connections_per_ip) else {
-            tracing::debug!(%addr, "connection refused: client at its connection limit");
+            refusals.note(&addr, "connection refused: client at its connection limit");
             continue;
         };
         let _ = tcp.set_nodelay(true);

@@ -682,6 +682,80 @@ cases! {
     namespace_lifecycle, namespace_lifecycle_rkube, namespace_lifecycle_etcd;
 }
 
+/// Updates start from the watch cache's copy of the object. Writes made straight to storage
+/// reach the cache a moment later: a PATCH right after one must still see it (no lost update)
+/// and accept a resourceVersion precondition that storage, not yet the cache, satisfies.
+async fn updates_from_a_stale_cache_copy(c: &Cluster) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "racy"},
+                    "data": {"direct": "0"}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/configmaps", &cm).await.0,
+        201
+    );
+    let raw = rkube_etcd_api::EtcdClient::new(std::slice::from_ref(&c.storage_url)).unwrap();
+    let key = b"/registry/configmaps/default/racy".to_vec();
+    // Before each write, a burst of 100 other objects in one transaction: the cache takes
+    // them in first, so the PATCH that follows at once finds its copy behind storage.
+    let noise = |i: usize| rkube_etcd_api::TxnRequest {
+        success: (0..100)
+            .map(|j| {
+                rkube_etcd_api::RequestOp::put(rkube_etcd_api::PutRequest {
+                    key: format!("/registry/configmaps/default/noise-{j}").into_bytes(),
+                    value: serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("noise-{j}"), "namespace": "default"},
+                        "data": {"round": i.to_string()}}))
+                    .unwrap(),
+                    ..Default::default()
+                })
+            })
+            .collect(),
+        ..Default::default()
+    };
+    for i in 1..=30 {
+        raw.txn(&noise(i)).await.unwrap();
+        let kv = raw
+            .range(&rkube_etcd_api::RangeRequest {
+                key: key.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut stored: Value = serde_json::from_slice(&kv.kvs[0].value).unwrap();
+        stored["data"]["direct"] = json!(i.to_string());
+        let put = raw
+            .put(&rkube_etcd_api::PutRequest {
+                key: key.clone(),
+                value: serde_json::to_vec(&stored).unwrap(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let rv = put.header.unwrap().revision.to_string();
+        let (code, got) = c
+            .merge_patch(
+                "/api/v1/namespaces/default/configmaps/racy",
+                &json!({"metadata": {"resourceVersion": rv}, "data": {"patched": i.to_string()}}),
+            )
+            .await;
+        assert_eq!(code, 200, "round {i}: {got}");
+        assert_eq!(got["data"]["direct"], i.to_string(), "round {i}: {got}");
+        assert_eq!(got["data"]["patched"], i.to_string());
+        assert!(rv_of(&got) > rv.parse::<u64>().unwrap());
+    }
+    // A precondition storage does not satisfy is still refused.
+    let (code, e) = c
+        .merge_patch(
+            "/api/v1/namespaces/default/configmaps/racy",
+            &json!({"metadata": {"resourceVersion": "1"}, "data": {"late": "x"}}),
+        )
+        .await;
+    assert_eq!((code, e["reason"].as_str()), (409, Some("Conflict")), "{e}");
+}
+
+cases! {
+    updates_from_a_stale_cache_copy, updates_from_a_stale_cache_copy_rkube, updates_from_a_stale_cache_copy_etcd;
+}
+
 async fn compaction_and_expired_continue(c: &Cluster) {
     for i in 0..5 {
         let cm =
