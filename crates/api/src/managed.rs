@@ -568,6 +568,21 @@ impl Entry {
     }
 }
 
+/// Whether `entries` finds any (without parsing their field sets).
+fn has_entries(obj: &Value) -> bool {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(kept_entry))
+}
+
+/// The entries `entries` keeps: those naming a manager or holding fields.
+fn kept_entry(e: &Value) -> bool {
+    e.get("manager")
+        .and_then(Value::as_str)
+        .is_some_and(|m| !m.is_empty())
+        || e.get("fieldsV1").is_some()
+}
+
 /// The object's managedFields entries (malformed ones are dropped).
 pub fn entries(obj: &Value) -> Vec<Entry> {
     let Some(list) = obj
@@ -578,7 +593,7 @@ pub fn entries(obj: &Value) -> Vec<Entry> {
     };
     let s = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     list.iter()
-        .filter(|e| !s(e, "manager").is_empty() || e.get("fieldsV1").is_some())
+        .filter(|e| kept_entry(e))
         .map(|e| Entry {
             manager: s(e, "manager"),
             operation: s(e, "operation"),
@@ -618,13 +633,7 @@ pub struct Writer<'a> {
 /// `new` arrives with the managedFields the client sent, or with `old`'s when it sent none.
 pub fn record_update(lists: Lists, old: Option<&Value>, new: &mut Value, who: Writer<'_>) {
     let (changed, removed) = changes(lists, old, new, who.scope);
-    if changed.is_empty()
-        && removed.is_empty()
-        && new
-            .pointer("/metadata/managedFields")
-            .and_then(Value::as_array)
-            .is_some_and(|l| !l.is_empty())
-    {
+    if changed.is_empty() && removed.is_empty() && has_entries(new) {
         return;
     }
     let mut list = entries(new);

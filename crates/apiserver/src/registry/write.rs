@@ -336,17 +336,20 @@ impl Registry {
         F: FnMut(&Value) -> Result<Decision, ApiError>,
     {
         let key = self.key(ns, name);
-        let mut start = self.update_start(&key).await?;
+        let mut start = self.update_start(&key, dry_run).await?;
         loop {
             let Some(cur) = start.take() else {
                 return Err(ApiError::not_found(&self.gr(), name));
             };
             let decision = match try_update(&cur.obj) {
                 Ok(d) => d,
-                Err(_) if cur.cached() => {
-                    start = self.read_current(&key).await?;
-                    continue;
-                }
+                Err(e) if cur.cached() => match self.recheck(&key, cur.rev).await? {
+                    Some(latest) => {
+                        start = latest;
+                        continue;
+                    }
+                    None => return Err(e),
+                },
                 Err(e) => return Err(e),
             };
             match self.commit(&key, cur, decision, dry_run).await? {
@@ -359,8 +362,12 @@ impl Registry {
     /// Where an update starts: the watch cache's copy when it holds the object (upstream's
     /// cacher hands it to `GuaranteedUpdate` as the cached existing object), else storage. The
     /// copy may be behind: its compare-and-swap then fails and the update goes on from what
-    /// storage holds, and a refusal computed from it is checked again against storage.
-    async fn update_start(&self, key: &str) -> Result<Option<Current>, ApiError> {
+    /// storage holds; a refusal or a no-op decided on it stands only if storage is still at
+    /// its revision. Dry runs, which never reach the compare-and-swap, read storage.
+    async fn update_start(&self, key: &str, dry_run: bool) -> Result<Option<Current>, ApiError> {
+        if dry_run {
+            return self.read_current(key).await;
+        }
         let cache = self
             .cache
             .as_ref()
@@ -375,6 +382,16 @@ impl Registry {
             }
         }
         self.read_current(key).await
+    }
+
+    /// After a refusal decided on the cache's copy: what storage holds, unless it is still
+    /// at the copy's revision (`None`: the refusal stands).
+    async fn recheck(&self, key: &str, copy_rev: i64) -> Result<Option<Option<Current>>, ApiError> {
+        let latest = self.read_current(key).await?;
+        Ok(match &latest {
+            Some(c) if c.rev == copy_rev => None,
+            _ => Some(latest),
+        })
     }
 
     async fn read_current(&self, key: &str) -> Result<Option<Current>, ApiError> {
@@ -414,7 +431,16 @@ impl Registry {
         match decision {
             Decision::Write(new) => {
                 // Unchanged: the same bytes as stored, or (from the cache's copy, whose
-                // resourceVersion `new` carries too) the same object.
+                // resourceVersion `new` carries too) the same object — which stands only if
+                // storage is still at the copy's revision (else the update runs again on
+                // what storage holds: the copy may have missed a change this one undoes).
+                if stored.is_none() && new == cur && !dry_run {
+                    let (latest, _) = self.storage.get(key).await.map_err(self.serr("update"))?;
+                    return Ok(match latest {
+                        Some(s) if s.mod_revision == rev => Ok((cur, false)),
+                        other => Err(other),
+                    });
+                }
                 let bytes = match &stored {
                     None if new == cur => None,
                     _ => Some(self.encode(&new)?),
@@ -477,7 +503,7 @@ impl Registry {
         F: FnMut(&Value) -> Result<Value, ApiError>,
     {
         let key = self.key(ns, name);
-        let mut start = self.update_start(&key).await?;
+        let mut start = self.update_start(&key, w.dry_run).await?;
         let attrs = self.attributes(&w, Operation::Update, subresource, ns, name);
         loop {
             let Some(cur) = start.take() else {
@@ -501,10 +527,13 @@ impl Registry {
             .await;
             let decision = match decided {
                 Ok(d) => d,
-                Err(_) if cur.cached() => {
-                    start = self.read_current(&key).await?;
-                    continue;
-                }
+                Err(e) if cur.cached() => match self.recheck(&key, cur.rev).await? {
+                    Some(latest) => {
+                        start = latest;
+                        continue;
+                    }
+                    None => return Err(e),
+                },
                 Err(e) => return Err(e),
             };
             let began = match (&decision, self.hooks.get()) {

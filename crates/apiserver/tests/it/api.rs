@@ -682,6 +682,32 @@ cases! {
     namespace_lifecycle, namespace_lifecycle_rkube, namespace_lifecycle_etcd;
 }
 
+/// Changes the object at `key` in storage, past the apiserver; returns the new revision.
+async fn write_straight(
+    raw: &rkube_etcd_api::EtcdClient,
+    key: &[u8],
+    change: impl FnOnce(&mut Value),
+) -> i64 {
+    let kv = raw
+        .range(&rkube_etcd_api::RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut stored: Value = serde_json::from_slice(&kv.kvs[0].value).unwrap();
+    change(&mut stored);
+    let put = raw
+        .put(&rkube_etcd_api::PutRequest {
+            key: key.to_vec(),
+            value: serde_json::to_vec(&stored).unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    put.header.unwrap().revision
+}
+
 /// Updates start from the watch cache's copy of the object. Writes made straight to storage
 /// reach the cache a moment later: a PATCH right after one must still see it (no lost update)
 /// and accept a resourceVersion precondition that storage, not yet the cache, satisfies.
@@ -713,24 +739,9 @@ async fn updates_from_a_stale_cache_copy(c: &Cluster) {
     };
     for i in 1..=30 {
         raw.txn(&noise(i)).await.unwrap();
-        let kv = raw
-            .range(&rkube_etcd_api::RangeRequest {
-                key: key.clone(),
-                ..Default::default()
-            })
+        let rv = write_straight(&raw, &key, |o| o["data"]["direct"] = json!(i.to_string()))
             .await
-            .unwrap();
-        let mut stored: Value = serde_json::from_slice(&kv.kvs[0].value).unwrap();
-        stored["data"]["direct"] = json!(i.to_string());
-        let put = raw
-            .put(&rkube_etcd_api::PutRequest {
-                key: key.clone(),
-                value: serde_json::to_vec(&stored).unwrap(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let rv = put.header.unwrap().revision.to_string();
+            .to_string();
         let (code, got) = c
             .merge_patch(
                 "/api/v1/namespaces/default/configmaps/racy",
@@ -741,6 +752,26 @@ async fn updates_from_a_stale_cache_copy(c: &Cluster) {
         assert_eq!(got["data"]["direct"], i.to_string(), "round {i}: {got}");
         assert_eq!(got["data"]["patched"], i.to_string());
         assert!(rv_of(&got) > rv.parse::<u64>().unwrap());
+        // A change straight to storage, then a PATCH undoing it: against the cache's older
+        // copy the PATCH looks like a no-op, but storage must end up as the PATCH says.
+        raw.txn(&noise(i)).await.unwrap();
+        write_straight(&raw, &key, |o| o["data"]["flip"] = json!("b")).await;
+        let (code, got) = c
+            .merge_patch(
+                "/api/v1/namespaces/default/configmaps/racy",
+                &json!({"data": {"flip": "a"}}),
+            )
+            .await;
+        assert_eq!(
+            (code, got["data"]["flip"].as_str()),
+            (200, Some("a")),
+            "{got}"
+        );
+        let (_, now) = c.get("/api/v1/namespaces/default/configmaps/racy").await;
+        assert_eq!(
+            now["data"]["flip"], "a",
+            "round {i}: storage kept the undone change"
+        );
     }
     // A precondition storage does not satisfy is still refused.
     let (code, e) = c
