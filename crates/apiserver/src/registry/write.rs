@@ -343,18 +343,14 @@ impl Registry {
             };
             let decision = match try_update(&cur.obj) {
                 Ok(d) => d,
-                Err(e) if cur.cached() => match self.recheck(&key, cur.rev).await? {
-                    Some(latest) => {
-                        start = latest;
-                        continue;
-                    }
-                    None => return Err(e),
-                },
-                Err(e) => return Err(e),
+                Err(e) => {
+                    start = self.refused(&key, &cur, e).await?;
+                    continue;
+                }
             };
             match self.commit(&key, cur, decision, dry_run).await? {
                 Ok(done) => return Ok(done),
-                Err(latest) => start = self.current_of(latest)?,
+                Err(latest) => start = latest,
             }
         }
     }
@@ -384,12 +380,26 @@ impl Registry {
         self.read_current(key).await
     }
 
-    /// After a refusal decided on the cache's copy: what storage holds, unless it is still
-    /// at the copy's revision (`None`: the refusal stands).
-    async fn recheck(&self, key: &str, copy_rev: i64) -> Result<Option<Option<Current>>, ApiError> {
+    /// A refusal decided on `cur` stands when `cur` came from storage or storage is still at
+    /// its revision; else the update is decided again on what storage holds now.
+    async fn refused(
+        &self,
+        key: &str,
+        cur: &Current,
+        e: ApiError,
+    ) -> Result<Option<Current>, ApiError> {
+        if !cur.cached() {
+            return Err(e);
+        }
+        self.moved_past(key, cur.rev).await?.ok_or(e)
+    }
+
+    /// What storage holds, unless it is still at `rev` (`None`: what was decided on the
+    /// cache's copy at `rev` stands).
+    async fn moved_past(&self, key: &str, rev: i64) -> Result<Option<Option<Current>>, ApiError> {
         let latest = self.read_current(key).await?;
         Ok(match &latest {
-            Some(c) if c.rev == copy_rev => None,
+            Some(c) if c.rev == rev => None,
             _ => Some(latest),
         })
     }
@@ -414,7 +424,7 @@ impl Registry {
             .transpose()
     }
 
-    /// Writes (or deletes) what was decided about `cur_s`: Ok with the result, or Err with
+    /// Writes (or deletes) what was decided about `cur`: Ok with the result, or Err with
     /// what storage holds now when another write came first.
     async fn commit(
         &self,
@@ -422,7 +432,7 @@ impl Registry {
         cur: Current,
         decision: Decision,
         dry_run: bool,
-    ) -> Result<Result<(Value, bool), Option<crate::storage::Stored>>, ApiError> {
+    ) -> Result<Result<(Value, bool), Option<Current>>, ApiError> {
         let Current {
             obj: cur,
             rev,
@@ -435,10 +445,9 @@ impl Registry {
                 // storage is still at the copy's revision (else the update runs again on
                 // what storage holds: the copy may have missed a change this one undoes).
                 if stored.is_none() && new == cur && !dry_run {
-                    let (latest, _) = self.storage.get(key).await.map_err(self.serr("update"))?;
-                    return Ok(match latest {
-                        Some(s) if s.mod_revision == rev => Ok((cur, false)),
-                        other => Err(other),
+                    return Ok(match self.moved_past(key, rev).await? {
+                        None => Ok((cur, false)),
+                        Some(latest) => Err(latest),
                     });
                 }
                 let bytes = match &stored {
@@ -461,7 +470,7 @@ impl Registry {
                         meta::set_meta(&mut new, "resourceVersion", json!(rev.to_string()));
                         Ok(Ok((new, true)))
                     }
-                    Cas::Stale(latest) => Ok(Err(latest)),
+                    Cas::Stale(latest) => Ok(Err(self.current_of(latest)?)),
                 }
             }
             Decision::Delete => {
@@ -482,7 +491,7 @@ impl Registry {
                         meta::set_meta(&mut gone, "resourceVersion", json!(rev.to_string()));
                         Ok(Ok((gone, true)))
                     }
-                    Cas::Stale(latest) => Ok(Err(latest)),
+                    Cas::Stale(latest) => Ok(Err(self.current_of(latest)?)),
                 }
             }
         }
@@ -527,14 +536,10 @@ impl Registry {
             .await;
             let decision = match decided {
                 Ok(d) => d,
-                Err(e) if cur.cached() => match self.recheck(&key, cur.rev).await? {
-                    Some(latest) => {
-                        start = latest;
-                        continue;
-                    }
-                    None => return Err(e),
-                },
-                Err(e) => return Err(e),
+                Err(e) => {
+                    start = self.refused(&key, &cur, e).await?;
+                    continue;
+                }
             };
             let began = match (&decision, self.hooks.get()) {
                 (Decision::Write(obj), Some(h)) if !w.dry_run => {
@@ -549,7 +554,7 @@ impl Registry {
             }
             match result? {
                 Ok(done) => return Ok(done),
-                Err(latest) => start = self.current_of(latest)?,
+                Err(latest) => start = latest,
             }
         }
     }
@@ -844,7 +849,7 @@ impl Registry {
             match self.commit(&key, cur, decision, opts.dry_run).await? {
                 Ok((obj, _)) if immediate => return Ok(Deleted::Gone(obj)),
                 Ok((obj, _)) => return Ok(Deleted::Pending(obj)),
-                Err(latest) => start = self.current_of(latest)?,
+                Err(latest) => start = latest,
             }
         }
     }
