@@ -185,6 +185,20 @@ impl Client {
         body: Option<(&'static str, Vec<u8>)>,
         accept: &str,
     ) -> Result<bytes::Bytes, Error> {
+        // On the heap for the call's length: the exchange's state (reqwest's pending request,
+        // the answer being read, the retry's timer) is over a kilobyte, and every task that
+        // awaits a request would otherwise carry it inline for its whole life — ten thousand
+        // pod workers of the kubelet-agent waiting between status writes, say.
+        Box::pin(self.exchange(method, path_and_query, body, accept)).await
+    }
+
+    async fn exchange(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+        accept: &str,
+    ) -> Result<bytes::Bytes, Error> {
         let body = body.map(|(ctype, b)| (ctype, bytes::Bytes::from(b)));
         let verb = method.as_str().to_string();
         // As client-go: an answer that says when to come back (429, or a 5xx with
@@ -250,11 +264,13 @@ impl Client {
     ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
         self.inner.limiter.acquire().await;
         let started = std::time::Instant::now();
-        let sent = self
-            .request(reqwest::Method::GET, path_and_query, true)
-            .header("Accept", "application/json")
-            .send()
-            .await;
+        // Boxed, as in `send_accepting`: the reflector's task outlives the call.
+        let sent = Box::pin(
+            self.request(reqwest::Method::GET, path_and_query, true)
+                .header("Accept", "application/json")
+                .send(),
+        )
+        .await;
         // A watch counts once its response starts, as upstream's client measures it.
         self.observe(
             "WATCH",

@@ -127,6 +127,11 @@ where
                     return Some((Err(e), (body, buf, done, scanned)));
                 }
                 scanned = buf.len();
+                if buf.is_empty() {
+                    // Nothing pending: an idle watch holds no buffer (a thousand node watches
+                    // kept ~16 KB each), and the next chunk is copied into one of its size.
+                    buf = BytesMut::new();
+                }
                 match body.next().await {
                     Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
                     Some(Err(e)) => {

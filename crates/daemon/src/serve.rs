@@ -337,15 +337,16 @@ async fn connection<I, P>(
             .keep_alive_interval(Some(Duration::from_secs(30)))
             .keep_alive_timeout(Duration::from_secs(20))
             .max_concurrent_streams(limits.max_concurrent_streams);
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        let conn = std::pin::pin!(conn);
+        let conn = Box::pin(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
         watch_connection(conn, |c| c.graceful_shutdown(), &activity, limits, shutdown).await;
     } else {
         let conn = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
-        let conn = std::pin::pin!(conn);
+        // Each protocol's connection on the heap at its own size: inline, every connection's
+        // task carried the larger auto-detecting one too (~8 KB; 20 MB at 2,500 connections).
+        let conn = Box::pin(conn);
         watch_connection(conn, |c| c.graceful_shutdown(), &activity, limits, shutdown).await;
     }
 }
@@ -353,7 +354,7 @@ async fn connection<I, P>(
 /// Drives a connection until it ends, its watchdog fires, or shutdown (then asks it to
 /// finish gracefully).
 async fn watch_connection<C, E>(
-    mut conn: Pin<&mut C>,
+    mut conn: Pin<Box<C>>,
     graceful: impl Fn(Pin<&mut C>),
     activity: &Activity,
     limits: &Limits,

@@ -280,8 +280,7 @@ pub async fn run(
         );
         export(&metrics, &name, inf.stats());
         node_pods.write().unwrap().insert(name.clone(), inf.store());
-        inf.store()
-            .set_transform(rkube_client::informer::transform::compact_pod);
+        inf.store().set_transform(worker::cached_pod);
         let s = shutdown.clone();
         inf.store().on_change(move |ch| match ch {
             Change::Added(p) | Change::Updated { new: p, .. } => rt.pod_changed(p.clone(), &s),

@@ -310,6 +310,24 @@ impl NodeRuntime {
     }
 }
 
+/// What the agent caches of a pod (its node informers' transform): `compact_pod`'s form
+/// without the status parts the simulation reports itself and never reads back — container
+/// statuses and addresses (it keeps the phase, the conditions others own and the QoS class).
+/// At 10,000 pods they were a sixth of the agent's heap.
+pub fn cached_pod(p: &mut Pod) {
+    rkube_client::informer::transform::compact_pod(p);
+    if let Some(s) = p.status.as_mut() {
+        s.container_statuses = None;
+        s.init_container_statuses = None;
+        s.ephemeral_container_statuses = None;
+        s.pod_ip = None;
+        s.pod_ips = None;
+        s.host_ip = None;
+        s.host_ips = None;
+        s.start_time = None;
+    }
+}
+
 fn resource_version(p: &Pod) -> u64 {
     p.metadata
         .resource_version
@@ -347,6 +365,7 @@ fn agrees(api: Option<&PodStatus>, ours: &PodStatus) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodCondition;
+    use serde_json::json;
 
     fn status(phase: &str, ready: &str) -> PodStatus {
         PodStatus {
@@ -358,6 +377,38 @@ mod tests {
             }]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_cached_pod_gives_the_same_status_writes() {
+        use crate::sim::PodSim;
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "p", "uid": "u1", "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+            "status": {"phase": "Running", "qosClass": "BestEffort", "podIP": "10.244.0.2",
+                "podIPs": [{"ip": "10.244.0.2"}], "hostIP": "127.0.0.1",
+                "startTime": "2026-01-01T00:00:00Z",
+                "conditions": [{"type": "Ready", "status": "False"},
+                    {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+                "containerStatuses": [{"name": "c", "image": "nginx", "imageID": "", "ready": true,
+                    "restartCount": 0}]}
+        }))
+        .unwrap();
+        let mut cached = full.clone();
+        cached_pod(&mut cached);
+        assert_eq!(cached.status.as_ref().unwrap().container_statuses, None);
+        let stages = Stages::fast();
+        let (now, wall) = (Instant::now(), rkube_client::now());
+        let sim = PodSim::new(&full, "10.244.0.2".into(), &stages, now, wall);
+        let ours = sim.status(&full, "127.0.0.1");
+        // The status written (conditions others own kept, QoS) and the comparison with the
+        // API's status do not change.
+        assert_eq!(sim.status(&cached, "127.0.0.1"), ours);
+        assert_eq!(
+            agrees(cached.status.as_ref(), &ours),
+            agrees(full.status.as_ref(), &ours)
+        );
+        assert_eq!(resource_version(&cached), 7);
     }
 
     #[test]

@@ -370,8 +370,7 @@ impl Scheduler {
             Api::<Pod>::all(&self.client),
             ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
         );
-        pods.store()
-            .set_transform(rkube_client::informer::transform::compact_pod);
+        pods.store().set_transform(cache::cached_pod);
         let claims = Informer::new(
             Api::<PersistentVolumeClaim>::all(&self.client),
             ListParams::default(),
