@@ -128,10 +128,10 @@ pub fn host_ports(p: &Pod) -> Vec<HostPort> {
 }
 
 /// What the scheduler caches of a pod (its informer's transform): `compact_pod`'s form, each
-/// container with only what the plugins read (its name, resources and ports), and a pod bound
-/// to a node without its status — only pods still to schedule have theirs read (the
-/// PodScheduled condition, the nominated node); bound ones count by spec. At 10,000 pods the
-/// container statuses, conditions and addresses were a fifth of the scheduler's heap.
+/// container with only what the plugins read (its name, resources, ports, restart policy),
+/// and a pod bound to a node without its status — only pods still to schedule have theirs
+/// read (the PodScheduled condition, the nominated node); bound ones count by spec. At 10,000
+/// pods the container statuses, conditions and addresses were a fifth of the scheduler's heap.
 pub fn cached_pod(p: &mut Pod) {
     rkube_client::informer::transform::compact_pod(p);
     let bound = p
@@ -152,6 +152,9 @@ pub fn cached_pod(p: &mut Pod) {
                 name: std::mem::take(&mut c.name),
                 resources: c.resources.take(),
                 ports: c.ports.take(),
+                // Which init containers are sidecars (upstream adds theirs to the pod's
+                // requests; ours count as init containers today).
+                restart_policy: c.restart_policy.take(),
                 ..Default::default()
             };
         }
