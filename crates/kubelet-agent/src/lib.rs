@@ -73,9 +73,9 @@ pub struct Config {
 impl Config {
     pub fn new(client: rkube_client::Config, node_name: &str) -> Self {
         Config {
-            // No cap on the client the simulated nodes share: it speaks for many kubelets
-            // (each with its own connection upstream), and 5,000 nodes' lease renewals alone
-            // would fill 64 seats; pod status writes have their own limit (`writes`).
+            // Not the components' cap of 64: the client the simulated nodes share speaks for
+            // many kubelets (`run` caps it at `AGENT_MAX_IN_FLIGHT`); pod status writes have
+            // their own limit (`writes`).
             client,
             node_name: node_name.into(),
             nodes: 1,
