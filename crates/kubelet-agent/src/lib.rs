@@ -239,6 +239,7 @@ pub async fn run(
     }
     let writes = Arc::new(tokio::sync::Semaphore::new(64));
     let mut registered = 0usize;
+    let mut informers = Vec::new();
     for (spec, node) in registrations.into_iter().flatten() {
         let name = spec.name.clone();
         registered += 1;
@@ -286,9 +287,17 @@ pub async fn run(
             Change::Added(p) | Change::Updated { new: p, .. } => rt.pod_changed(p.clone(), &s),
             Change::Deleted(p) => rt.pod_deleted(p),
         });
-        inf.spawn(shutdown.clone());
+        informers.push(inf.spawn(shutdown.clone()));
     }
     tracing::info!(nodes = registered, port, "simulated nodes registered");
+    // Ready once every node watches its pods: a harness that starts its work on readiness
+    // then measures the work, not a thousand first lists beside it.
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        _ = futures_util::future::join_all(informers.iter().map(|s| s.wait_synced())) => {}
+    }
+    drop(informers);
+    tracing::info!(nodes = registered, "every node's pods listed");
     ready.set(true);
     shutdown.cancelled().await;
     ready.set(false);

@@ -1,6 +1,9 @@
 //! One simulated node's presence in the API: its Node object (capacity, allocatable, addresses,
 //! kubelet endpoint, nodeInfo, conditions, podCIDR), its Lease in `kube-node-lease` renewed every
-//! quarter of the lease duration, and status reports on change or every five minutes.
+//! quarter of the lease duration, and status reports on change or every five minutes. Both
+//! loops wait their period plus up to 4 % (upstream's jitter), and start at a place in their
+//! first period set by the node's index: the simulated nodes start in one instant, which real
+//! kubelets never do.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +17,25 @@ use tokio_util::sync::CancellationToken;
 /// How long a node may go without a status report when nothing changed (upstream's
 /// `nodeStatusReportFrequency`).
 pub const STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+
+/// Upstream's kubelet runs its lease renewals and node status checks with
+/// `wait.JitterUntil(…, period, 0.04, …)`: each wait is the period plus up to 4 %.
+const JITTER: f64 = 0.04;
+
+/// A node's first wait in a periodic loop: somewhere in (0, `period`], set by its index, so
+/// nodes started together do not act together. A thousand nodes renewing their leases in one
+/// instant held more write seats than the apiserver has (200), and the 429s' `Retry-After`
+/// stopped every writer for a second, every period.
+pub fn first_wait(period: Duration, index: usize) -> Duration {
+    // Multiples of the golden ratio, modulo 1, spread any count of nodes evenly.
+    let phase = 1.0 - (index as f64 * 0.618_033_988_749_895).fract();
+    period.mul_f64(phase)
+}
+
+/// One period, jittered as upstream's.
+fn jittered(period: Duration) -> Duration {
+    period.mul_f64(1.0 + JITTER * rand::random::<f64>())
+}
 
 #[derive(Clone, Debug)]
 pub struct NodeSpec {
@@ -130,25 +152,46 @@ pub async fn lease_loop(
     const RETRY_FIRST: Duration = Duration::from_millis(100);
     const RETRY_MAX: Duration = Duration::from_secs(7);
     let mut retry = RETRY_FIRST;
-    loop {
+    // Until a write succeeds the lease may not exist yet: created first (a new node's lease
+    // never does), renewed when it already does.
+    let mut renewed_once = false;
+    let create = || async {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": spec.name, "namespace": "kube-node-lease",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": spec.name, "uid": node_uid}]},
+            "spec": {"holderIdentity": spec.name, "leaseDurationSeconds": spec.lease_duration.as_secs(), "renewTime": now_micro()}});
+        match serde_json::from_value::<Lease>(lease) {
+            Ok(l) => leases.create(&l).await.map(|_| ()),
+            Err(e) => Err(Error::Decode(e.to_string())),
+        }
+    };
+    let renew = || async {
         let renew = json!({"spec": {"holderIdentity": spec.name, "leaseDurationSeconds": spec.lease_duration.as_secs(), "renewTime": now_micro()}});
-        let result = match leases.patch(&spec.name, &Patch::Merge(renew)).await {
-            Err(e) if e.is_not_found() => {
-                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": spec.name, "namespace": "kube-node-lease",
-                        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": spec.name, "uid": node_uid}]},
-                    "spec": {"holderIdentity": spec.name, "leaseDurationSeconds": spec.lease_duration.as_secs(), "renewTime": now_micro()}});
-                match serde_json::from_value::<Lease>(lease) {
-                    Ok(l) => leases.create(&l).await.map(|_| ()),
-                    Err(e) => Err(Error::Decode(e.to_string())),
-                }
+        leases
+            .patch(&spec.name, &Patch::Merge(renew))
+            .await
+            .map(|_| ())
+    };
+    loop {
+        let result = if renewed_once {
+            match renew().await {
+                Err(e) if e.is_not_found() => create().await,
+                r => r,
             }
-            r => r.map(|_| ()),
+        } else {
+            match create().await {
+                Err(e) if e.is_already_exists() => renew().await,
+                r => r,
+            }
         };
         let wait = match result {
             Ok(()) => {
                 retry = RETRY_FIRST;
-                interval
+                if std::mem::replace(&mut renewed_once, true) {
+                    jittered(interval)
+                } else {
+                    first_wait(interval, spec.index)
+                }
             }
             Err(e) => {
                 tracing::warn!(node = %spec.name, error = %e, "lease renewal failed");
@@ -170,11 +213,13 @@ pub async fn status_loop(client: Client, spec: NodeSpec, shutdown: CancellationT
     let nodes: Api<Node> = Api::all(&client);
     let mut last_report = tokio::time::Instant::now();
     let mut since = now_rfc3339();
+    let mut wait = first_wait(spec.status_update_frequency, spec.index);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(spec.status_update_frequency) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
+        wait = jittered(spec.status_update_frequency);
         let stale = match nodes.get(&spec.name).await {
             Ok(n) => n
                 .status
@@ -202,6 +247,40 @@ pub async fn status_loop(client: Client, spec: NodeSpec, shutdown: CancellationT
                     tracing::warn!(node = %spec.name, error = %e, "node status update failed")
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_started_together_spread_their_first_waits_over_the_period() {
+        let period = Duration::from_secs(10);
+        // A thousand nodes: every tenth of a second of the period holds about ten of them.
+        let mut buckets = [0usize; 100];
+        for i in 0..1000 {
+            let w = first_wait(period, i);
+            assert!(w > Duration::ZERO && w <= period, "node {i}: {w:?}");
+            buckets[(w.as_secs_f64() * 10.0).min(99.0) as usize] += 1;
+        }
+        assert!(
+            buckets.iter().all(|&n| (5..=15).contains(&n)),
+            "{buckets:?}"
+        );
+        // Agents with consecutive index ranges (`--node-index`) spread too.
+        let a: Vec<_> = (0..10).map(|i| first_wait(period, i)).collect();
+        let b: Vec<_> = (10..20).map(|i| first_wait(period, i)).collect();
+        assert!(a.iter().all(|w| !b.contains(w)));
+    }
+
+    #[test]
+    fn a_jittered_period_is_at_most_four_percent_longer() {
+        let period = Duration::from_secs(10);
+        for _ in 0..1000 {
+            let w = jittered(period);
+            assert!(w >= period && w <= period.mul_f64(1.04), "{w:?}");
         }
     }
 }
