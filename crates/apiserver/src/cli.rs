@@ -208,7 +208,7 @@ pub async fn run(f: Flags, shutdown: rkube_daemon::ShutdownToken) -> anyhow::Res
     config.max_requests_inflight = f.max_requests_inflight;
     config.max_mutating_requests_inflight = f.max_mutating_requests_inflight;
     config.max_watches_per_user = f.max_watches_per_user;
-    config.limits = f.serve.limits();
+    config.limits = crate::serving_limits(f.serve.limits());
     config.kubelet = crate::http::logs::KubeletConfig {
         client_cert: f.kubelet_client_certificate.clone(),
         client_key: f.kubelet_client_key.clone(),

@@ -135,8 +135,21 @@ impl Config {
             max_mutating_requests_inflight: 200,
             max_watches_per_user: 10_000,
             kubelet: Default::default(),
-            limits: Default::default(),
+            limits: serving_limits(Default::default()),
         }
+    }
+}
+
+/// What the apiserver's front allows: `limits`, with HTTP/2 beside HTTP/1.1 on plain TCP
+/// (h2c, for clients that know it: the kubelet-agent's thousand node watches share a few
+/// connections instead of one each). Over TLS, ALPN still offers HTTP/1.1 only. A stream
+/// buffers at most 64 KiB for a client that stopped granting window: with 1,000 streams a
+/// connection, hyper's 400 KiB would let one connection of unread watches hold 400 MiB.
+pub fn serving_limits(limits: rkube_daemon::serve::Limits) -> rkube_daemon::serve::Limits {
+    rkube_daemon::serve::Limits {
+        http2: true,
+        max_send_buf: 64 * 1024,
+        ..limits
     }
 }
 

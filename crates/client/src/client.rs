@@ -42,8 +42,9 @@ impl<K> Resource for K where
 }
 
 /// An HTTP client for `cfg`'s server: its CA and client certificate for https, its
-/// User-Agent, a 5 s connect timeout and `timeout` overall (`None` for streams). A bearer
-/// token is not in it: requests add `cfg.token` themselves.
+/// User-Agent, HTTP/2 or HTTP/1.1 as `cfg.http2` says, a 5 s connect timeout and `timeout`
+/// overall (`None` for streams). A bearer token is not in it: requests add `cfg.token`
+/// themselves.
 pub fn http_client(
     cfg: &Config,
     timeout: Option<std::time::Duration>,
@@ -53,6 +54,18 @@ pub fn http_client(
         .tcp_nodelay(true)
         .pool_max_idle_per_host(64)
         .connect_timeout(std::time::Duration::from_secs(5));
+    if cfg.http2 {
+        if cfg.server.starts_with("http://") {
+            b = b.http2_prior_knowledge();
+        }
+        // PINGs find a connection whose peer vanished: every watch on it would wait for ever.
+        b = b
+            .http2_keep_alive_interval(std::time::Duration::from_secs(30))
+            .http2_keep_alive_timeout(std::time::Duration::from_secs(20))
+            .http2_keep_alive_while_idle(true);
+    } else {
+        b = b.http1_only();
+    }
     if let Some(t) = timeout {
         b = b.timeout(t);
     }
@@ -87,12 +100,14 @@ struct Inner {
     stream_http: reqwest::Client,
     server: String,
     token: Option<String>,
-    limiter: TokenBucket,
+    limiter: Arc<TokenBucket>,
     /// (qps, burst) the limiter was made with.
     limits: (f32, u32),
     /// `Config::max_in_flight`'s seats, shared with every copy made from this client.
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
     observer: Option<crate::config::RequestObserver>,
+    /// What the connection pools were built from (`with_own_connections` builds more).
+    cfg: Config,
 }
 
 impl Client {
@@ -104,13 +119,45 @@ impl Client {
                 stream_http: build(None)?,
                 server: cfg.server.clone(),
                 token: cfg.token.clone(),
-                limiter: TokenBucket::new(cfg.qps, cfg.burst),
+                limiter: Arc::new(TokenBucket::new(cfg.qps, cfg.burst)),
                 limits: (cfg.qps, cfg.burst),
                 in_flight: (cfg.max_in_flight > 0)
                     .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_in_flight))),
                 observer: cfg.observer.clone(),
+                cfg,
             }),
         })
+    }
+
+    /// The same server, identity, rate limit and seats, on connections of its own. Over
+    /// HTTP/2 one connection carries at most the server's stream limit at once (1,000 on
+    /// rkube's apiserver, as upstream's `--http2-max-streams-per-connection`): a client
+    /// with more watches than that spreads them over copies.
+    pub fn with_own_connections(&self) -> Result<Client, Error> {
+        let cfg = &self.inner.cfg;
+        let pools = (
+            http_client(cfg, Some(cfg.timeout))?,
+            http_client(cfg, None)?,
+        );
+        Ok(self.copy(self.inner.limiter.clone(), pools))
+    }
+
+    /// A copy with `limiter` and the connection pools `(http, stream_http)`; the rest shared.
+    fn copy(&self, limiter: Arc<TokenBucket>, pools: (reqwest::Client, reqwest::Client)) -> Client {
+        let i = &self.inner;
+        Client {
+            inner: Arc::new(Inner {
+                http: pools.0,
+                stream_http: pools.1,
+                server: i.server.clone(),
+                token: i.token.clone(),
+                limiter,
+                limits: i.limits,
+                in_flight: i.in_flight.clone(),
+                observer: i.observer.clone(),
+                cfg: i.cfg.clone(),
+            }),
+        }
     }
 
     /// The same server, identity and connection pools, with a rate limit of its own (as
@@ -118,18 +165,8 @@ impl Client {
     /// the others'.
     pub fn with_own_rate_limit(&self) -> Client {
         let i = &self.inner;
-        Client {
-            inner: Arc::new(Inner {
-                http: i.http.clone(),
-                stream_http: i.stream_http.clone(),
-                server: i.server.clone(),
-                token: i.token.clone(),
-                limiter: TokenBucket::new(i.limits.0, i.limits.1),
-                limits: i.limits,
-                in_flight: i.in_flight.clone(),
-                observer: i.observer.clone(),
-            }),
-        }
+        let limiter = Arc::new(TokenBucket::new(i.limits.0, i.limits.1));
+        self.copy(limiter, (i.http.clone(), i.stream_http.clone()))
     }
 
     fn observe(&self, verb: &str, code: Option<u16>, started: std::time::Instant) {

@@ -33,6 +33,11 @@ pub struct Config {
     pub user_agent: String,
     pub timeout: std::time::Duration,
     pub observer: Option<RequestObserver>,
+    /// HTTP/2: with prior knowledge (h2c) to an `http://` server, offered by ALPN to an
+    /// `https://` one. Every request and watch of the client (its clones and copies but
+    /// `with_own_connections`) then shares one connection. Off: HTTP/1.1 only, a connection
+    /// per request in flight and per watch.
+    pub http2: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -45,6 +50,7 @@ impl std::fmt::Debug for Config {
             .field("max_in_flight", &self.max_in_flight)
             .field("user_agent", &self.user_agent)
             .field("timeout", &self.timeout)
+            .field("http2", &self.http2)
             .finish_non_exhaustive()
     }
 }
@@ -78,6 +84,7 @@ impl Config {
             user_agent: format!("rkube/{}", env!("CARGO_PKG_VERSION")),
             timeout: std::time::Duration::from_secs(30),
             observer: None,
+            http2: false,
         }
     }
 

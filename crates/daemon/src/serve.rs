@@ -14,8 +14,9 @@
 //! - request bodies are bounded where they are read (size, deadline and stall time), by the
 //!   server's own code.
 //!
-//! HTTP/1.1 always; HTTP/2 too where `Limits::http2` says so (the store's gRPC): a
-//! connection's protocol is read from its first bytes (h2c's preface) or TLS's ALPN.
+//! HTTP/1.1 always; HTTP/2 too where `Limits::http2` says so (the store's gRPC, the
+//! apiserver's h2c): a connection's protocol is read from its first bytes (h2c's preface) or
+//! TLS's ALPN.
 //!
 //! Shutdown stops accepting, asks every connection to finish its in-flight request, and gives
 //! up on stragglers after `shutdown_grace`.
@@ -75,6 +76,9 @@ pub struct Limits {
     pub http2: bool,
     /// Concurrent streams one HTTP/2 connection may open.
     pub max_concurrent_streams: u32,
+    /// What one HTTP/2 stream may buffer for a client that grants no flow-control window
+    /// (a watch nobody reads: HTTP/1.1's `write_timeout` has no per-stream equivalent).
+    pub max_send_buf: usize,
 }
 
 impl Default for Limits {
@@ -90,6 +94,8 @@ impl Default for Limits {
             shutdown_grace: Duration::from_secs(10),
             http2: false,
             max_concurrent_streams: 1000,
+            // hyper's own default.
+            max_send_buf: 400 * 1024,
         }
     }
 }
@@ -336,7 +342,8 @@ async fn connection<I, P>(
             .timer(hyper_util::rt::TokioTimer::new())
             .keep_alive_interval(Some(Duration::from_secs(30)))
             .keep_alive_timeout(Duration::from_secs(20))
-            .max_concurrent_streams(limits.max_concurrent_streams);
+            .max_concurrent_streams(limits.max_concurrent_streams)
+            .max_send_buf_size(limits.max_send_buf);
         let conn = Box::pin(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
         watch_connection(conn, |c| c.graceful_shutdown(), &activity, limits, shutdown).await;
     } else {

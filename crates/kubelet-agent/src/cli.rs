@@ -49,6 +49,11 @@ pub struct Flags {
     default_run_duration: Option<GoDuration>,
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     watch_bookmarks: bool,
+    /// HTTP/2 to the apiserver: h2c to an http:// one that speaks it (else HTTP/1.1), offered
+    /// by ALPN to an https:// one. The nodes' watches and requests then share a connection per
+    /// 500 nodes, where HTTP/1.1 takes one per watch and per request in flight.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    http2: bool,
     /// The shortest timeout a pod watch asks for (each picks one in [t, 2t]); client-go uses 5m.
     #[arg(long, default_value = "5m")]
     watch_timeout: GoDuration,
@@ -110,6 +115,7 @@ pub async fn run(f: Flags, shutdown: rkube_daemon::ShutdownToken) -> anyhow::Res
         config.stages.run = d.into();
     }
     config.watch_bookmarks = f.watch_bookmarks;
+    config.http2 = f.http2;
     config.watch_timeout = f.watch_timeout.into();
     config.node_ip = resolve_node_ip(&f.node_ip).await?;
     config.port = f.port;

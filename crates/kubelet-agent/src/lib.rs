@@ -68,6 +68,8 @@ pub struct Config {
     pub node_kubeconfig_dir: Option<std::path::PathBuf>,
     /// HTTPS for the agent's port, and who may read logs (`server`).
     pub tls: Option<server::Tls>,
+    /// HTTP/2 to the apiserver where it speaks it (`connect`).
+    pub http2: bool,
 }
 
 impl Config {
@@ -96,6 +98,7 @@ impl Config {
             event_burst: 100,
             node_kubeconfig_dir: None,
             tls: None,
+            http2: true,
         }
     }
 
@@ -116,6 +119,49 @@ impl Config {
 /// per client at 5,000 nodes (past it, connections are reset). Far above the 64 the other
 /// components take: 5,000 nodes renew 500 leases a second beside their pods' status writes.
 pub const AGENT_MAX_IN_FLIGHT: usize = 1024;
+
+/// Node watches per HTTP/2 connection: half the apiserver's stream limit (1,000), so the
+/// connection's requests fit beside its watches.
+const NODES_PER_CONNECTION: usize = 500;
+
+/// Whether the nodes speak HTTP/2 to `cfg`'s apiserver: over TLS, ALPN settles it per
+/// connection; over plain HTTP it takes prior knowledge, so the apiserver is asked once
+/// (`GET /version` over h2c, then over HTTP/1.1) until it answers either. An apiserver that
+/// answers only HTTP/1.1 (another implementation, a proxy) gets HTTP/1.1. `None`: shut down
+/// first.
+async fn connect(cfg: &rkube_client::Config, shutdown: &ShutdownToken) -> Option<bool> {
+    if !cfg.http2 || !cfg.server.starts_with("http://") {
+        return Some(cfg.http2);
+    }
+    let answers = |http2: bool| {
+        let mut c = cfg.clone();
+        c.http2 = http2;
+        c.observer = None;
+        async move {
+            let client = Client::new(c).ok()?;
+            match client
+                .send(rkube_client::Method::GET, "/version", None)
+                .await
+            {
+                Ok(_) | Err(rkube_client::Error::Api(_)) => Some(()),
+                Err(_) => None,
+            }
+        }
+    };
+    loop {
+        if answers(true).await.is_some() {
+            return Some(true);
+        }
+        if answers(false).await.is_some() {
+            tracing::info!(server = %cfg.server, "the apiserver does not speak h2c; HTTP/1.1");
+            return Some(false);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
 
 /// Runs every simulated node until `shutdown`; `listener` serves logs, health and metrics.
 pub async fn run(
@@ -142,14 +188,25 @@ pub async fn run(
         rkube_daemon::metrics::rest_client_observer(metrics.clone(), &config.client.server);
     let mut base = config.client.clone().capped(AGENT_MAX_IN_FLIGHT);
     base.observer = Some(observer.clone());
+    base.http2 = config.http2;
+    let Some(http2) = connect(&base, &shutdown).await else {
+        return Ok(());
+    };
+    base.http2 = http2;
     let client = Client::new(base)?;
     let recorder = Recorder::new(&client, "kubelet", None, shutdown.clone())
         .with_rate(config.event_qps, config.event_burst);
     // Each node's client: its own identity when given one, else the process's.
     let mut clients: BTreeMap<String, Client> = BTreeMap::new();
-    for name in config.node_names() {
+    let mut shared = client.clone();
+    for (i, name) in config.node_names().into_iter().enumerate() {
         let c = match &config.node_kubeconfig_dir {
-            None => client.clone(),
+            None => {
+                if http2 && i > 0 && i % NODES_PER_CONNECTION == 0 {
+                    shared = client.with_own_connections()?;
+                }
+                shared.clone()
+            }
             Some(dir) => {
                 let path = dir.join(format!("node-{name}.kubeconfig"));
                 let mut cfg = rkube_client::Config::from_kubeconfig(&path)
@@ -160,6 +217,7 @@ pub async fn run(
                 cfg.user_agent = config.client.user_agent.clone();
                 cfg.timeout = config.client.timeout;
                 cfg.observer = Some(observer.clone());
+                cfg.http2 = http2;
                 Client::new(cfg)?
             }
         };

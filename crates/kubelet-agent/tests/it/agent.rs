@@ -292,10 +292,46 @@ async fn one_process_keeps_a_hundred_nodes_ready_with_fresh_leases() {
             .then_some(())
     })
     .await;
+    // Over h2c the hundred nodes' watches and requests share a connection: HTTP/1.1 took one
+    // per watch (a hundred and more). The test's own client and the apiserver's loopback
+    // clients hold a few of the rest.
+    let port: u16 = env.base.rsplit(':').next().unwrap().parse().unwrap();
+    let open = established_to(port);
+    assert!(open < 30, "{open} connections to the apiserver");
     // Node names and pod CIDRs follow the index.
     let n42 = nodes.get("sim-42").await.unwrap();
     assert_eq!(
         n42.spec.unwrap().pod_cidr.as_deref(),
         Some("10.244.42.0/24")
     );
+}
+
+/// Established TCP connections to `port` on 127.0.0.1 (the server's side of each), from
+/// `/proc/net/tcp`.
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local address `0100007F:PORT`, state 01 = ESTABLISHED
+            f.len() > 3 && f[1].ends_with(&format!(":{port:04X}")) && f[3] == "01"
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apiserver_without_h2c_gets_http1_and_the_nodes_run_pods() {
+    let env = Env::start_with(|c| c.limits.http2 = false).await;
+    let mut cfg = agent_config(&env, "old");
+    cfg.nodes = 20;
+    let (_agent, _) = start_agent(cfg).await;
+    let pods: Api<Pod> = Api::namespaced(&env.client, "default");
+    pods.create(&pod("p", "old-7")).await.unwrap();
+    running(&pods, "p").await;
+    // HTTP/1.1: a connection per node watch at least.
+    let port: u16 = env.base.rsplit(':').next().unwrap().parse().unwrap();
+    let open = established_to(port);
+    assert!(open >= 20, "{open} connections to the apiserver");
 }
