@@ -264,6 +264,7 @@ impl Caller {
             return Ok(c.clone());
         }
         let mut b = reqwest::Client::builder()
+            .http1_only()
             .use_rustls_tls()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))

@@ -34,8 +34,9 @@ pub struct Config {
     pub timeout: std::time::Duration,
     pub observer: Option<RequestObserver>,
     /// HTTP/2: with prior knowledge (h2c) to an `http://` server, offered by ALPN to an
-    /// `https://` one. Every request and watch of the client (its clones and copies but
-    /// `with_own_connections`) then shares one connection. Off: HTTP/1.1 only, a connection
+    /// `https://` one. The client's requests then share one connection and its watches
+    /// another (with its clones and copies, but for `with_own_connections`); past the
+    /// server's stream limit, requests wait for a stream. Off: HTTP/1.1 only, a connection
     /// per request in flight and per watch.
     pub http2: bool,
 }

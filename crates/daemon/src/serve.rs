@@ -72,7 +72,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
-    /// Serve HTTP/2 beside HTTP/1.1 (gRPC needs it); TLS configs then offer `h2` by ALPN.
+    /// Serve HTTP/2 beside HTTP/1.1 (gRPC needs it): on plain TCP to a client that opens with
+    /// its preface (h2c), over TLS where ALPN chose `h2` (the server's TLS config must offer it).
     pub http2: bool,
     /// Concurrent streams one HTTP/2 connection may open.
     pub max_concurrent_streams: u32,
@@ -174,6 +175,12 @@ where
     let per_ip = Arc::new(PerIp::default());
     let live = Arc::new(AtomicUsize::new(0));
     let drained = Arc::new(tokio::sync::Notify::new());
+    // Over TLS a connection speaks HTTP/2 only when ALPN chose it (or, without ALPN, when the
+    // server's config offers it): the preface alone must not bring HTTP/2 to a server whose
+    // TLS offers HTTP/1.1 only.
+    let tls_offers_h2 = tls
+        .as_ref()
+        .is_some_and(|c| c.alpn_protocols.iter().any(|p| p == b"h2"));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut refusals = Refusals::default();
     loop {
@@ -208,7 +215,8 @@ where
             match acceptor {
                 None => {
                     let peer = identify(addr, None);
-                    connection(tcp, peer, router, &limits, shutdown).await;
+                    let http2 = limits.http2;
+                    connection(tcp, peer, router, &limits, http2, shutdown).await;
                 }
                 Some(acceptor) => {
                     let handshake = async {
@@ -220,8 +228,13 @@ where
                     };
                     match tokio::time::timeout(limits.handshake_timeout, handshake).await {
                         Ok(Some(tls)) => {
-                            let peer = identify(addr, tls.get_ref().1.peer_certificates());
-                            connection(tls, peer, router, &limits, shutdown).await;
+                            let session = tls.get_ref().1;
+                            let peer = identify(addr, session.peer_certificates());
+                            let http2 = limits.http2
+                                && session
+                                    .alpn_protocol()
+                                    .map_or(tls_offers_h2, |p| p == b"h2");
+                            connection(tls, peer, router, &limits, http2, shutdown).await;
                         }
                         _ => tracing::debug!(%addr, "TLS handshake failed or timed out"),
                     }
@@ -271,6 +284,11 @@ struct Activity {
     h2: std::sync::atomic::AtomicBool,
     /// Milliseconds since `epoch` of the last request's start or end.
     last_request: AtomicU64,
+    /// Numbers the connection's response bodies.
+    next_body: AtomicU64,
+    /// HTTP/2: bodies that handed hyper data and have not been asked for more since, with
+    /// when (ms since `epoch`). hyper asks again as soon as the client's window lets it send.
+    unpolled: Mutex<HashMap<u64, u64>>,
 }
 
 impl Activity {
@@ -285,6 +303,7 @@ async fn connection<I, P>(
     peer: P,
     router: axum::Router,
     limits: &Limits,
+    http2: bool,
     shutdown: ShutdownToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -298,6 +317,8 @@ async fn connection<I, P>(
         in_flight: AtomicUsize::new(0),
         h2: std::sync::atomic::AtomicBool::new(false),
         last_request: AtomicU64::new(1),
+        next_body: AtomicU64::new(0),
+        unpolled: Mutex::new(HashMap::new()),
     });
     let io = Watched {
         inner: io,
@@ -316,22 +337,22 @@ async fn connection<I, P>(
         activity
             .last_request
             .store(activity.now(), Ordering::Relaxed);
-        let guard = InFlight(activity);
+        let guard = InFlight {
+            id: activity.next_body.fetch_add(1, Ordering::Relaxed),
+            activity,
+        };
         let mut router = router.clone();
         async move {
             let resp = tower_service::Service::call(&mut router, req).await?;
-            Ok::<_, std::convert::Infallible>(resp.map(|body| {
-                axum::body::Body::new(Tracked {
-                    body,
-                    _guard: guard,
-                })
-            }))
+            Ok::<_, std::convert::Infallible>(
+                resp.map(|body| axum::body::Body::new(Tracked { body, guard })),
+            )
         }
     });
     // Head, idle and write timeouts are the watchdog's: hyper's own header timer also runs
     // while a kept-alive connection idles between requests, which would close every pooled
     // connection after the (short) header timeout.
-    if limits.http2 {
+    if http2 {
         let mut builder =
             hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
         builder.http1().keep_alive(true);
@@ -400,6 +421,14 @@ async fn watch_connection<C, E>(
                 }
                 let idle = activity.in_flight.load(Ordering::SeqCst) == 0;
                 if activity.h2.load(Ordering::SeqCst) {
+                    // A stream whose client grants no flow-control window never blocks a
+                    // write: its response waits, unpolled, for ever. As HTTP/1.1's blocked
+                    // write, after `write_timeout` the connection closes.
+                    let oldest = activity.unpolled.lock().unwrap_or_else(|p| p.into_inner()).values().min().copied();
+                    if oldest.is_some_and(|t| now.saturating_sub(t) > limits.write_timeout.as_millis() as u64) {
+                        tracing::debug!("closing an HTTP/2 connection whose client stopped taking a response");
+                        return;
+                    }
                     // No request for `idle_timeout`: GOAWAY, so the client opens a new
                     // connection for its next call instead of racing a close.
                     let since = now.saturating_sub(activity.last_request.load(Ordering::Relaxed));
@@ -424,20 +453,43 @@ async fn watch_connection<C, E>(
 }
 
 /// A request in flight until its response body is done (or dropped).
-struct InFlight(Arc<Activity>);
+struct InFlight {
+    activity: Arc<Activity>,
+    /// Its body's number on the connection.
+    id: u64,
+}
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.last_progress.store(self.0.now(), Ordering::Relaxed);
-        self.0.last_request.store(self.0.now(), Ordering::Relaxed);
+impl InFlight {
+    /// HTTP/2: the body is being asked for data (`asked`), or has just handed some over.
+    fn note_poll(&self, asked: bool) {
+        let a = &self.activity;
+        if !a.h2.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut unpolled = a.unpolled.lock().unwrap_or_else(|p| p.into_inner());
+        if asked {
+            unpolled.remove(&self.id);
+        } else {
+            unpolled.insert(self.id, a.now());
+        }
     }
 }
 
-/// A response body that keeps its request counted as in flight.
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.activity;
+        a.in_flight.fetch_sub(1, Ordering::SeqCst);
+        a.last_progress.store(a.now(), Ordering::Relaxed);
+        a.last_request.store(a.now(), Ordering::Relaxed);
+        self.note_poll(true);
+    }
+}
+
+/// A response body that keeps its request counted as in flight (and, over HTTP/2, says when
+/// it waits for hyper to ask for more).
 struct Tracked {
     body: axum::body::Body,
-    _guard: InFlight,
+    guard: InFlight,
 }
 
 impl http_body::Body for Tracked {
@@ -448,7 +500,14 @@ impl http_body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        self.guard.note_poll(true);
+        let r = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &r {
+            if f.is_data() {
+                self.guard.note_poll(false);
+            }
+        }
+        r
     }
 
     fn is_end_stream(&self) -> bool {

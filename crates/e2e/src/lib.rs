@@ -62,6 +62,7 @@ pub fn https_client(pki: &Path, admin: bool) -> reqwest::Client {
 pub fn https_client_as(pki: &Path, identity: Option<&str>) -> reqwest::Client {
     let read = |f: &str| std::fs::read(pki.join(f)).unwrap();
     let mut b = reqwest::Client::builder()
+        .http1_only()
         .use_rustls_tls()
         .add_root_certificate(reqwest::Certificate::from_pem(&read("ca.crt")).unwrap());
     if let Some(who) = identity {

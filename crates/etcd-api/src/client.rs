@@ -90,6 +90,7 @@ impl EtcdClient {
             return Err(EtcdError::Transport("no etcd endpoints given".into()));
         }
         let mut http = reqwest::Client::builder()
+            .http1_only()
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(3))

@@ -49,9 +49,9 @@ pub struct Flags {
     default_run_duration: Option<GoDuration>,
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     watch_bookmarks: bool,
-    /// HTTP/2 to the apiserver: h2c to an http:// one that speaks it (else HTTP/1.1), offered
-    /// by ALPN to an https:// one. The nodes' watches and requests then share a connection per
-    /// 500 nodes, where HTTP/1.1 takes one per watch and per request in flight.
+    /// HTTP/2 (h2c) to an http:// apiserver that answers it (rkube's does); HTTP/1.1 otherwise
+    /// and over https. The nodes' watches and requests then share a connection pair per 500
+    /// nodes, where HTTP/1.1 takes one per watch and per request in flight.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     http2: bool,
     /// The shortest timeout a pod watch asks for (each picks one in [t, 2t]); client-go uses 5m.

@@ -120,23 +120,27 @@ impl Config {
 /// components take: 5,000 nodes renew 500 leases a second beside their pods' status writes.
 pub const AGENT_MAX_IN_FLIGHT: usize = 1024;
 
-/// Node watches per HTTP/2 connection: half the apiserver's stream limit (1,000), so the
-/// connection's requests fit beside its watches.
+/// Node watches per HTTP/2 connection pair (requests on one, watches on the other): half the
+/// apiserver's stream limit (1,000), so watch restarts and lists fit beside them.
 const NODES_PER_CONNECTION: usize = 500;
 
-/// Whether the nodes speak HTTP/2 to `cfg`'s apiserver: over TLS, ALPN settles it per
-/// connection; over plain HTTP it takes prior knowledge, so the apiserver is asked once
-/// (`GET /version` over h2c, then over HTTP/1.1) until it answers either. An apiserver that
-/// answers only HTTP/1.1 (another implementation, a proxy) gets HTTP/1.1. `None`: shut down
-/// first.
+/// Whether the nodes speak HTTP/2 (h2c) to `cfg`'s apiserver. Only over plain HTTP, where
+/// rkube's apiserver serves it beside HTTP/1.1 with 1,000 streams a connection; an https
+/// apiserver gets HTTP/1.1 (its stream limit is unknown: past it, watches would wait for a
+/// stream for ever). h2c takes prior knowledge, so the apiserver is asked (`GET /version`
+/// over h2c, then over HTTP/1.1, then over h2c once more) until it answers, for at most
+/// `CONNECT_TRIES` rounds: one that answers only HTTP/1.1, or not at all, gets HTTP/1.1.
+/// `None`: shut down first.
 async fn connect(cfg: &rkube_client::Config, shutdown: &ShutdownToken) -> Option<bool> {
+    const CONNECT_TRIES: usize = 20;
     if !cfg.http2 || !cfg.server.starts_with("http://") {
-        return Some(cfg.http2);
+        return Some(false);
     }
     let answers = |http2: bool| {
         let mut c = cfg.clone();
         c.http2 = http2;
         c.observer = None;
+        c.timeout = Duration::from_secs(5);
         async move {
             let client = Client::new(c).ok()?;
             match client
@@ -148,19 +152,36 @@ async fn connect(cfg: &rkube_client::Config, shutdown: &ShutdownToken) -> Option
             }
         }
     };
-    loop {
-        if answers(true).await.is_some() {
-            return Some(true);
-        }
-        if answers(false).await.is_some() {
-            tracing::info!(server = %cfg.server, "the apiserver does not speak h2c; HTTP/1.1");
-            return Some(false);
+    for attempt in 1..=CONNECT_TRIES {
+        let answered = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            a = async {
+                if answers(true).await.is_some() {
+                    return Some(true);
+                }
+                answers(false).await?;
+                // HTTP/1.1 answered: h2c once more, so one failed attempt does not decide.
+                Some(answers(true).await.is_some())
+            } => a,
+        };
+        match answered {
+            Some(true) => return Some(true),
+            Some(false) => {
+                tracing::info!(server = %cfg.server, "the apiserver does not answer h2c; HTTP/1.1");
+                return Some(false);
+            }
+            None if attempt % 5 == 0 => {
+                tracing::warn!(server = %cfg.server, attempt, "the apiserver does not answer yet")
+            }
+            None => {}
         }
         tokio::select! {
             _ = shutdown.cancelled() => return None,
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
     }
+    tracing::warn!(server = %cfg.server, "no answer from the apiserver; HTTP/1.1");
+    Some(false)
 }
 
 /// Runs every simulated node until `shutdown`; `listener` serves logs, health and metrics.
@@ -217,7 +238,8 @@ pub async fn run(
                 cfg.user_agent = config.client.user_agent.clone();
                 cfg.timeout = config.client.timeout;
                 cfg.observer = Some(observer.clone());
-                cfg.http2 = http2;
+                // h2c only where it was found (the same apiserver).
+                cfg.http2 = http2 && cfg.server == config.client.server;
                 Client::new(cfg)?
             }
         };
@@ -350,9 +372,17 @@ pub async fn run(
     tracing::info!(nodes = registered, port, "simulated nodes registered");
     // Ready once every node watches its pods: a harness that starts its work on readiness
     // then measures the work, not a thousand first lists beside it.
-    tokio::select! {
-        _ = shutdown.cancelled() => return Ok(()),
-        _ = futures_util::future::join_all(informers.iter().map(|s| s.wait_synced())) => {}
+    let synced = futures_util::future::join_all(informers.iter().map(|s| s.wait_synced()));
+    tokio::pin!(synced);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = &mut synced => break,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {
+                let waiting = informers.iter().filter(|s| !s.has_synced()).count();
+                tracing::warn!(nodes = waiting, "nodes still waiting for their first pod list");
+            }
+        }
     }
     drop(informers);
     tracing::info!(nodes = registered, "every node's pods listed");

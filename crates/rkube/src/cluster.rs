@@ -407,6 +407,7 @@ async fn wait_ready(
     let client = rkube_client::Client::new(admin)?;
     // Plain HTTP for the controllers' and scheduler's health ports.
     let http = reqwest::Client::builder()
+        .http1_only()
         .timeout(Duration::from_secs(2))
         .build()?;
     for (name, base) in probes {

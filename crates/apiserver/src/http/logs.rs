@@ -125,7 +125,9 @@ impl KubeletClient {
     }
 
     pub fn new(cfg: &KubeletConfig) -> anyhow::Result<Self> {
+        // HTTP/1.1 only: exec, attach and port-forward are upgrades, which HTTP/2 has not.
         let mut b = reqwest::Client::builder()
+            .http1_only()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);

@@ -182,3 +182,58 @@ async fn a_kept_alive_connection_outlives_the_header_timeout_until_it_idles() {
         .unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
 }
+
+#[tokio::test]
+async fn an_http2_client_that_grants_no_window_is_disconnected() {
+    let (addr, _stop, _task) = start(Limits {
+        http2: true,
+        ..quick()
+    })
+    .await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, axum::body::Body>(TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let driver = tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{addr}/flood"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    // The body is never read: the window the client granted fills and the stream waits, its
+    // socket never blocked. Past `write_timeout` the server closes the connection.
+    let ended = tokio::time::timeout(Duration::from_secs(5), driver).await;
+    assert!(ended.is_ok(), "the connection is still open");
+    drop(resp);
+}
+
+#[tokio::test]
+async fn an_http2_client_that_reads_keeps_its_connection() {
+    let (addr, _stop, _task) = start(Limits {
+        http2: true,
+        ..quick()
+    })
+    .await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, axum::body::Body>(TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let driver = tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{addr}/flood"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let mut body = send.send_request(req).await.unwrap().into_body();
+    // Reading for three write timeouts: the stream keeps going.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1800);
+    let mut got = 0usize;
+    while tokio::time::Instant::now() < until {
+        let frame = http_body_util::BodyExt::frame(&mut body).await;
+        got += frame.unwrap().unwrap().into_data().map_or(0, |d| d.len());
+    }
+    assert!(got > 1024 * 1024, "{got} bytes");
+    assert!(!driver.is_finished());
+}

@@ -339,6 +339,7 @@ impl Probe {
         };
         Ok(Probe {
             http: reqwest::Client::builder()
+                .http1_only()
                 .timeout(Duration::from_secs(2))
                 .build()?,
             admin,
