@@ -98,15 +98,10 @@ struct Inner {
     http: reqwest::Client,
     /// Watches get no overall timeout; they end by `timeoutSeconds`.
     stream_http: reqwest::Client,
-    server: String,
-    token: Option<String>,
     limiter: Arc<TokenBucket>,
-    /// (qps, burst) the limiter was made with.
-    limits: (f32, u32),
     /// `Config::max_in_flight`'s seats, shared with every copy made from this client.
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
-    observer: Option<crate::config::RequestObserver>,
-    /// What the connection pools were built from (`with_own_connections` builds more).
+    /// Server, token, observer, and what the connection pools and limiter were built from.
     cfg: Config,
 }
 
@@ -117,13 +112,9 @@ impl Client {
             inner: Arc::new(Inner {
                 http: build(Some(cfg.timeout))?,
                 stream_http: build(None)?,
-                server: cfg.server.clone(),
-                token: cfg.token.clone(),
                 limiter: Arc::new(TokenBucket::new(cfg.qps, cfg.burst)),
-                limits: (cfg.qps, cfg.burst),
                 in_flight: (cfg.max_in_flight > 0)
                     .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_in_flight))),
-                observer: cfg.observer.clone(),
                 cfg,
             }),
         })
@@ -149,12 +140,8 @@ impl Client {
             inner: Arc::new(Inner {
                 http: pools.0,
                 stream_http: pools.1,
-                server: i.server.clone(),
-                token: i.token.clone(),
                 limiter,
-                limits: i.limits,
                 in_flight: i.in_flight.clone(),
-                observer: i.observer.clone(),
                 cfg: i.cfg.clone(),
             }),
         }
@@ -165,12 +152,12 @@ impl Client {
     /// the others'.
     pub fn with_own_rate_limit(&self) -> Client {
         let i = &self.inner;
-        let limiter = Arc::new(TokenBucket::new(i.limits.0, i.limits.1));
+        let limiter = Arc::new(TokenBucket::new(i.cfg.qps, i.cfg.burst));
         self.copy(limiter, (i.http.clone(), i.stream_http.clone()))
     }
 
     fn observe(&self, verb: &str, code: Option<u16>, started: std::time::Instant) {
-        if let Some(o) = &self.inner.observer {
+        if let Some(o) = &self.inner.cfg.observer {
             let code = code.map_or_else(|| "<error>".to_string(), |c| c.to_string());
             o(verb, &code, started.elapsed());
         }
@@ -182,7 +169,7 @@ impl Client {
     }
 
     pub fn server(&self) -> &str {
-        &self.inner.server
+        &self.inner.cfg.server
     }
 
     fn request(
@@ -196,8 +183,8 @@ impl Client {
         } else {
             &self.inner.http
         };
-        let mut rb = http.request(method, format!("{}{path_and_query}", self.inner.server));
-        if let Some(t) = &self.inner.token {
+        let mut rb = http.request(method, format!("{}{path_and_query}", self.inner.cfg.server));
+        if let Some(t) = &self.inner.cfg.token {
             rb = rb.bearer_auth(t);
         }
         rb

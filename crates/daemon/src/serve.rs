@@ -340,6 +340,7 @@ async fn connection<I, P>(
         let guard = InFlight {
             id: activity.next_body.fetch_add(1, Ordering::Relaxed),
             activity,
+            unpolled: false,
         };
         let mut router = router.clone();
         async move {
@@ -457,13 +458,16 @@ struct InFlight {
     activity: Arc<Activity>,
     /// Its body's number on the connection.
     id: u64,
+    /// In `Activity::unpolled` now.
+    unpolled: bool,
 }
 
 impl InFlight {
-    /// HTTP/2: the body is being asked for data (`asked`), or has just handed some over.
-    fn note_poll(&self, asked: bool) {
+    /// HTTP/2: the body is being asked for data (`asked`), or has just handed some over. The
+    /// connection's map is locked only when that changes.
+    fn note_poll(&mut self, asked: bool) {
         let a = &self.activity;
-        if !a.h2.load(Ordering::Relaxed) {
+        if asked != self.unpolled || !a.h2.load(Ordering::Relaxed) {
             return;
         }
         let mut unpolled = a.unpolled.lock().unwrap_or_else(|p| p.into_inner());
@@ -472,6 +476,7 @@ impl InFlight {
         } else {
             unpolled.insert(self.id, a.now());
         }
+        self.unpolled = !asked;
     }
 }
 

@@ -372,21 +372,18 @@ pub async fn run(
     tracing::info!(nodes = registered, port, "simulated nodes registered");
     // Ready once every node watches its pods: a harness that starts its work on readiness
     // then measures the work, not a thousand first lists beside it.
-    {
-        let synced = futures_util::future::join_all(informers.iter().map(|s| s.wait_synced()));
-        tokio::pin!(synced);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                _ = &mut synced => break,
-                _ = tokio::time::sleep(Duration::from_secs(10)) => {
-                    let waiting = informers.iter().filter(|s| !s.has_synced()).count();
-                    tracing::warn!(nodes = waiting, "nodes still waiting for their first pod list");
-                }
+    let synced = futures_util::future::join_all(informers.iter().map(|s| s.wait_synced()));
+    tokio::pin!(synced);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = &mut synced => break,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {
+                let waiting = informers.iter().filter(|s| !s.has_synced()).count();
+                tracing::warn!(nodes = waiting, "nodes still waiting for their first pod list");
             }
         }
     }
-    drop(informers);
     tracing::info!(nodes = registered, "every node's pods listed");
     ready.set(true);
     shutdown.cancelled().await;

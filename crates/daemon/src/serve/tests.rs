@@ -183,9 +183,22 @@ async fn a_kept_alive_connection_outlives_the_header_timeout_until_it_idles() {
     assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
 }
 
-#[tokio::test]
-async fn an_http2_client_that_grants_no_window_is_disconnected() {
-    let (addr, _stop, _task) = start(Limits {
+/// What `h2_flood` hands back: the `/flood` response, the task driving the client connection
+/// (it ends when the server closes it), and what must live as long as the test — the
+/// connection's request handle (dropped, the client closes the connection itself) and the
+/// server's stop token.
+type H2Flood = (
+    hyper::Response<hyper::body::Incoming>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+    (
+        hyper::client::conn::http2::SendRequest<axum::body::Body>,
+        ShutdownToken,
+    ),
+);
+
+/// An HTTP/2 server (`quick` limits), a client connection to it and its `/flood` response.
+async fn h2_flood() -> H2Flood {
+    let (addr, stop, _task) = start(Limits {
         http2: true,
         ..quick()
     })
@@ -202,6 +215,12 @@ async fn an_http2_client_that_grants_no_window_is_disconnected() {
         .unwrap();
     let resp = send.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
+    (resp, driver, (send, stop))
+}
+
+#[tokio::test]
+async fn an_http2_client_that_grants_no_window_is_disconnected() {
+    let (resp, driver, _keep) = h2_flood().await;
     // The body is never read: the window the client granted fills and the stream waits, its
     // socket never blocked. Past `write_timeout` the server closes the connection.
     let ended = tokio::time::timeout(Duration::from_secs(5), driver).await;
@@ -211,22 +230,8 @@ async fn an_http2_client_that_grants_no_window_is_disconnected() {
 
 #[tokio::test]
 async fn an_http2_client_that_reads_keeps_its_connection() {
-    let (addr, _stop, _task) = start(Limits {
-        http2: true,
-        ..quick()
-    })
-    .await;
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .handshake::<_, axum::body::Body>(TokioIo::new(tcp))
-            .await
-            .unwrap();
-    let driver = tokio::spawn(conn);
-    let req = hyper::Request::get(format!("http://{addr}/flood"))
-        .body(axum::body::Body::empty())
-        .unwrap();
-    let mut body = send.send_request(req).await.unwrap().into_body();
+    let (resp, driver, _keep) = h2_flood().await;
+    let mut body = resp.into_body();
     // Reading for three write timeouts: the stream keeps going.
     let until = tokio::time::Instant::now() + Duration::from_millis(1800);
     let mut got = 0usize;
