@@ -62,8 +62,9 @@ async fn unschedulable_pod_reports_why_then_schedules_when_a_node_fits() {
         .reason
         .clone();
     assert_eq!(reason.as_deref(), Some("Unschedulable"));
+    // The one for the attempt above: an earlier attempt may have seen fewer nodes.
     let ev = find_event(&env.client, "default", "FailedScheduling event", |e| {
-        e.reason.as_deref() == Some("FailedScheduling")
+        e.reason.as_deref() == Some("FailedScheduling") && e.message.as_deref() == Some(msg)
     })
     .await;
     assert_eq!(
