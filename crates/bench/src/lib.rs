@@ -98,13 +98,7 @@ impl Server {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use rkube_daemon::port::free_port;
 
 pub async fn wait_healthy(url: &str, dur: Duration) -> anyhow::Result<()> {
     let client = rkube_etcd_api::EtcdClient::new(&[url.to_string()])?;

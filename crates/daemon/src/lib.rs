@@ -1,10 +1,12 @@
 //! Process plumbing shared by every rkube binary: tracing setup, the one shutdown path,
-//! Go-style duration flags, and a tiny Prometheus registry with its health/metrics server.
+//! Go-style duration flags, free loopback ports for child processes, and a tiny
+//! Prometheus registry with its health/metrics server.
 //! It owns no component logic.
 
 pub mod duration;
 pub mod health;
 pub mod metrics;
+pub mod port;
 pub mod serve;
 pub mod shutdown;
 pub mod tls;

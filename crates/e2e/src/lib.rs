@@ -36,13 +36,7 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use rkube_daemon::port::free_port;
 
 pub use rkube_client::wait::wait_for;
 

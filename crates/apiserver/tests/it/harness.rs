@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use rkube_daemon::port::free_port;
 use rkube_daemon::ShutdownToken;
 use serde_json::Value;
 use tokio::process::Command;
@@ -88,14 +89,6 @@ pub async fn start_apiserver_as(
         );
         tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 pub fn etcd_bin() -> Option<String> {

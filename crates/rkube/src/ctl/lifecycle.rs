@@ -58,13 +58,9 @@ pub(crate) fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-/// `n` distinct free loopback ports (all held open until every one is chosen).
+/// `n` distinct free loopback ports.
 fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let held: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .context("find free ports")?;
-    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+    rkube_daemon::port::free_ports(n).context("find free ports")
 }
 
 fn busy_port_error(port: u16) -> anyhow::Error {

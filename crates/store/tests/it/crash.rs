@@ -7,20 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
+use rkube_daemon::port::free_port;
 use rkube_etcd_api::*;
 use tokio::process::{Child, Command};
 use tokio::time::{timeout, Instant};
 
 const ROUNDS: usize = 5;
 const WRITERS: usize = 8;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 async fn start(dir: &std::path::Path, port: u16) -> (Child, EtcdClient) {
     let child = Command::new(env!("CARGO_BIN_EXE_rkube-store"))

@@ -3,7 +3,6 @@
 //! Also the small HTTP helpers the suites share: raw POSTs, streamed lines, and normalization
 //! of the parts of a response that legitimately differ between servers (cluster and member IDs).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,6 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use rkube_daemon::port::free_port;
 
 /// How long a server may take to answer `/health`.
 const START_DEADLINE: Duration = Duration::from_secs(30);
@@ -27,13 +27,6 @@ pub struct Server {
     pub http: reqwest::Client,
     child: Child,
     dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral loopback port")
 }
 
 fn etcd_binary() -> Option<PathBuf> {
