@@ -636,6 +636,20 @@ pub fn record_update(lists: Lists, old: Option<&Value>, new: &mut Value, who: Wr
     if changed.is_empty() && removed.is_empty() && has_entries(new) {
         return;
     }
+    if in_place::record_update(new, &changed, &removed, who) {
+        return;
+    }
+    record_update_by_sets(lists, changed, removed, new, who);
+}
+
+/// `record_update` for any managedFields: each entry read as a set of paths, and written back.
+fn record_update_by_sets(
+    lists: Lists,
+    changed: FieldSet,
+    removed: FieldSet,
+    new: &mut Value,
+    who: Writer<'_>,
+) {
     let mut list = entries(new);
     for e in &mut list {
         e.fields = canonical(lists, std::mem::take(&mut e.fields));
@@ -893,5 +907,6 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
     )
 }
 
+mod in_place;
 #[cfg(test)]
 mod tests;

@@ -507,3 +507,137 @@ fn changes_match_a_comparison_of_every_field() {
         }
     }
 }
+
+/// A pod's life as its writers see it: created, bound, its status written again and again,
+/// labelled, applied to, edited, a container and a condition removed; and managedFields a
+/// client wrote in other spellings (two-field and spaced keys, a stray entry key).
+fn pod_versions() -> Vec<(Value, Writer<'static>)> {
+    let status = |manager| Writer {
+        scope: Scope::Status,
+        ..who(manager)
+    };
+    let container = |name, image| {
+        json!({"name": name, "image": image, "imagePullPolicy": "IfNotPresent", "resources": {},
+               "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"})
+    };
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "default", "generateName": "web-",
+            "labels": {"app": "web", "pod-template-hash": "5d4f"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f",
+                "uid": "0b1c", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"containers": [container("nginx", "nginx:1"), container("side", "s:1")],
+            "dnsPolicy": "ClusterFirst", "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0, "restartPolicy": "Always", "schedulerName": "default-scheduler",
+            "securityContext": {}, "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
+        "status": {"phase": "Pending", "qosClass": "BestEffort"}});
+    pod["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "protocol": "TCP"}]);
+    let mut out = vec![(pod.clone(), who("kube-controller-manager"))];
+    pod["spec"]["nodeName"] = json!("node-1");
+    out.push((pod.clone(), who("kube-scheduler")));
+    pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]);
+    out.push((pod.clone(), status("kube-scheduler")));
+    for (phase, ready) in [
+        ("Pending", "False"),
+        ("Running", "True"),
+        ("Running", "False"),
+    ] {
+        pod["status"]["phase"] = json!(phase);
+        pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": ready}, {"type": "ContainersReady", "status": ready}]);
+        pod["status"]["containerStatuses"] =
+            json!([{"name": "nginx", "ready": ready == "True", "restartCount": 0}]);
+        pod["status"]["podIP"] = json!("10.0.0.7");
+        out.push((pod.clone(), status("kubelet")));
+    }
+    pod["metadata"]["labels"]["tier"] = json!("front");
+    out.push((pod.clone(), who("kubectl-label")));
+    pod["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("app");
+    pod["spec"]["containers"][0]["image"] = json!("nginx:2");
+    out.push((pod.clone(), who("kubectl-edit")));
+    pod["spec"]["containers"].as_array_mut().unwrap().pop();
+    pod["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    out.push((pod.clone(), who("kubectl-edit")));
+    out.push((pod.clone(), status("kubelet")));
+    out
+}
+
+/// The in-place bookkeeping gives what reading every entry as a set and writing it back gives,
+/// and it is the path taken for entries the server wrote.
+#[test]
+fn the_in_place_update_matches_the_general_one() {
+    let lists = Lists::GENERIC;
+    let mut in_place_taken = 0;
+    let mut live: Option<Value> = None;
+    for (mut next, w) in pod_versions() {
+        if let Some(old) = &live {
+            next["metadata"]["managedFields"] = old["metadata"]["managedFields"].clone();
+        }
+        let (changed, removed) = changes(lists, live.as_ref(), &next, w.scope);
+        let mut by_sets = next.clone();
+        record_update_by_sets(lists, changed.clone(), removed.clone(), &mut by_sets, w);
+        let mut fast = next.clone();
+        if in_place::record_update(&mut fast, &changed, &removed, w) {
+            in_place_taken += 1;
+            assert_eq!(fast, by_sets, "{}", w.manager);
+        }
+        let mut public = next.clone();
+        record_update(lists, live.as_ref(), &mut public, w);
+        if !(changed.is_empty() && removed.is_empty()) {
+            assert_eq!(public, by_sets, "{}", w.manager);
+        }
+        live = Some(public);
+    }
+    assert!(in_place_taken >= 8, "in place {in_place_taken} times");
+
+    // Entries in other spellings take the general path, which respells them.
+    let mut base = live.unwrap();
+    let fields = &mut base["metadata"]["managedFields"];
+    let mut spaced = fields[0].clone();
+    spaced["manager"] = json!("spaced");
+    spaced["fieldsV1"] =
+        json!({"f:spec": {"f:containers": {"k:{\"name\": \"nginx\"}": {"f:image": {}}}}});
+    let mut two_keys = fields[0].clone();
+    two_keys["manager"] = json!("two-keys");
+    two_keys["fieldsV1"] = json!({"f:spec": {"f:containers": {"k:{\"name\":\"nginx\"}": {"f:ports":
+        {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {"f:protocol": {}}}}}}});
+    let mut stray = fields[0].clone();
+    stray["manager"] = json!("stray");
+    stray["extra"] = json!(1);
+    let mut leaf_not_object = fields[0].clone();
+    leaf_not_object["manager"] = json!("leaf");
+    leaf_not_object["fieldsV1"] = json!({"f:spec": {"f:nodeName": true}});
+    for odd in [spaced, two_keys, stray, leaf_not_object] {
+        let mut obj = base.clone();
+        obj["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(odd);
+        let mut next = obj.clone();
+        next["spec"]["containers"][0]["image"] = json!("nginx:3");
+        next["spec"]["containers"][0]["ports"][0]["protocol"] = json!("UDP");
+        next["spec"]["nodeName"] = json!("node-2");
+        let w = who("kubectl-edit");
+        let (changed, removed) = changes(lists, Some(&obj), &next, w.scope);
+        assert!(!in_place::record_update(
+            &mut next.clone(),
+            &changed,
+            &removed,
+            w
+        ));
+        let mut by_sets = next.clone();
+        record_update_by_sets(lists, changed, removed, &mut by_sets, w);
+        record_update(lists, Some(&obj), &mut next, w);
+        assert_eq!(next, by_sets);
+        assert!(entries(&next)
+            .iter()
+            .all(|e| e.manager != "spaced" && e.manager != "two-keys" && e.manager != "leaf"));
+    }
+}
