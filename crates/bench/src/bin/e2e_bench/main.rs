@@ -291,6 +291,8 @@ struct Ran {
     name: String,
     /// From its first event (ADDED) to this one, both on the same watch.
     startup: Duration,
+    /// From its first event to the first showing it bound to a node (`spec.nodeName`).
+    bound: Duration,
 }
 
 /// Watches every pod from now on and reports each one once, when it first runs.
@@ -299,8 +301,8 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Ran>
     let (tx, rx) = mpsc::unbounded_channel();
     let base = base.to_string();
     tokio::spawn(async move {
-        // First event of each pod; `None` once it has been reported.
-        let mut first: HashMap<String, Option<Instant>> = HashMap::new();
+        // First event of each pod, and how long it waited for a node; `None` once reported.
+        let mut first: HashMap<String, Option<(Instant, Option<Duration>)>> = HashMap::new();
         // Bounded: a watch that ends is resumed from its last resourceVersion, a few times.
         for _ in 0..100 {
             let url = format!("{base}/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3600");
@@ -332,8 +334,13 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Ran>
                     };
                     let at = first
                         .entry(name.to_string())
-                        .or_insert_with(|| Some(Instant::now()));
-                    if let Some(t) = at.filter(|_| is_running(o)) {
+                        .or_insert_with(|| Some((Instant::now(), None)));
+                    if let Some((t, bound @ None)) = at {
+                        if o["spec"]["nodeName"].is_string() {
+                            *bound = Some(t.elapsed());
+                        }
+                    }
+                    if let Some((t, bound)) = at.filter(|_| is_running(o)) {
                         *at = None;
                         let ran = Ran {
                             app: o["metadata"]["labels"]["app"]
@@ -342,6 +349,7 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Ran>
                                 .to_string(),
                             name: name.to_string(),
                             startup: t.elapsed(),
+                            bound: bound.unwrap_or_default(),
                         };
                         if tx.send(ran).is_err() {
                             return;

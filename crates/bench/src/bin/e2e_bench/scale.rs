@@ -222,6 +222,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
     };
 
     let mut startup: Vec<f64> = Vec::with_capacity(pods);
+    let mut bound: Vec<f64> = Vec::with_capacity(pods);
     let mut curve: Vec<(f64, usize)> = Vec::new();
     let mut rss: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
     let mut peak: HashMap<&str, u64> = HashMap::new();
@@ -231,6 +232,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
             got = feed.recv() => {
                 let ran = got.ok_or_else(|| anyhow::anyhow!("the pods watch ended"))?;
                 startup.push(ran.startup.as_secs_f64() * 1000.0);
+                bound.push(ran.bound.as_secs_f64() * 1000.0);
             }
             _ = tick.tick() => {
                 let t = t0.elapsed().as_secs_f64();
@@ -342,6 +344,9 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
 
     startup.sort_by(f64::total_cmp);
     let (s50, s99) = (pct(&startup, 0.5), pct(&startup, 0.99));
+    // Where the flood's pods waited: for a node (the scheduler), then on it (the agent).
+    bound.sort_by(f64::total_cmp);
+    let (b50, b99) = (pct(&bound, 0.5), pct(&bound, 0.99));
     let total_peak: u64 = peak.values().sum();
     let total_cpu: f64 = cpu.values().sum();
     println!(
@@ -349,7 +354,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
         pods as f64 / secs
     );
     println!(
-        "  peak RSS {:.0} MiB; {total_cpu:.0} CPU-s ({:.2} ms per pod); pod startup p50 {s50:.0} ms p99 {s99:.0} ms",
+        "  peak RSS {:.0} MiB; {total_cpu:.0} CPU-s ({:.2} ms per pod); pod startup p50 {s50:.0} ms p99 {s99:.0} ms (bound to a node after p50 {b50:.0} ms, p99 {b99:.0} ms)",
         total_peak as f64 / 1048576.0,
         total_cpu / pods as f64 * 1000.0
     );
@@ -463,7 +468,7 @@ pub(crate) async fn scale_section(f: &Flags) -> anyhow::Result<()> {
          | all Running | {secs:.1} s |\n| rate | {:.0} pods/s (best 10 s: {best10:.0} pods/s) |\n| Deployments created | in {created:.1} s |\n\
          | peak RSS, whole control plane | {:.0} MiB (sum of the processes' peaks) |\n| CPU, whole control plane | {total_cpu:.0} CPU-s, {:.2} ms per pod |\n\
          | pod startup, {latency_pods} latency pods at 5/s in the full cluster (upstream's density method) | p50 {l50:.0} ms, p99 {l99:.0} ms (SLO p99 ≤ 5 s: {}) |\n\
-         | pod startup during the flood (every pod, queued behind the others) | p50 {s50:.0} ms, p99 {s99:.0} ms |\n| API calls | {} |\n\n\
+         | pod startup during the flood (every pod, queued behind the others) | p50 {s50:.0} ms, p99 {s99:.0} ms |\n| of which waiting for a node (first event → first event bound) | p50 {b50:.0} ms, p99 {b99:.0} ms |\n| API calls | {} |\n\n\
          | component | RSS with {nodes} idle nodes | peak RSS | per pod | CPU-s | CPU per pod |\n|---|---|---|---|---|---|\n{per}\n\
          | verb | requests | p50 | p99 | SLO (p99) | |\n|---|---|---|---|---|---|\n{api_rows}\n\
          | LIST of every pod | median of 3 | slowest | size | SLO |\n|---|---|---|---|---|\n{list_rows}\n\
