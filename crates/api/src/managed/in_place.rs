@@ -21,21 +21,34 @@ const ENTRY_KEYS: &[&str] = &[
     "time",
 ];
 
+/// Most path lookups (entries × changed and removed paths) done in place: a client can send
+/// thousands of entries, and each path is looked up in each; above this the general path,
+/// linear in the entries' size, runs.
+const MAX_LOOKUPS: usize = 4_096;
+
 /// Records in `new`'s managedFields that `who` changed `changed` and removed `removed`, when
-/// every entry is in written form; `false` (and `new` untouched) otherwise.
+/// something changed and every entry is in written form; `false` (and `new` untouched)
+/// otherwise.
 pub(super) fn record_update(
     new: &mut Value,
     changed: &FieldSet,
     removed: &FieldSet,
     who: Writer<'_>,
 ) -> bool {
+    let paths = changed.len() + removed.len();
+    if paths == 0 {
+        return false;
+    }
     let Some(list) = new
         .pointer_mut("/metadata/managedFields")
         .and_then(Value::as_array_mut)
     else {
         return false;
     };
-    if list.is_empty() || !list.iter().all(written_form) {
+    if list.is_empty()
+        || list.len().saturating_mul(paths) > MAX_LOOKUPS
+        || !list.iter().all(written_form)
+    {
         return false;
     }
     let sub = who.scope.subresource();

@@ -641,3 +641,37 @@ fn the_in_place_update_matches_the_general_one() {
             .all(|e| e.manager != "spaced" && e.manager != "two-keys" && e.manager != "leaf"));
     }
 }
+
+/// Thousands of entries a client sent: each changed path would be looked up in each, so the
+/// general path (linear in the entries) runs, with the same result.
+#[test]
+fn many_entries_take_the_general_path() {
+    let lists = Lists::GENERIC;
+    let entry = |i: usize| {
+        json!({"manager": format!("m{i}"), "operation": "Update", "apiVersion": "v1",
+               "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+               "fieldsV1": {"f:data": {format!("f:k{}", i % 50): {}}}})
+    };
+    let data: Map<String, Value> = (0..50).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let old = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "x", "managedFields": (0..2_000).map(entry).collect::<Vec<_>>()},
+        "data": data});
+    let mut new = old.clone();
+    for i in 0..50 {
+        new["data"][format!("k{i}")] = json!("changed");
+    }
+    let w = who("editor");
+    let (changed, removed) = changes(lists, Some(&old), &new, w.scope);
+    assert_eq!(changed.len(), 50);
+    assert!(!in_place::record_update(
+        &mut new.clone(),
+        &changed,
+        &removed,
+        w
+    ));
+    let mut by_sets = new.clone();
+    record_update_by_sets(lists, changed, removed, &mut by_sets, w);
+    record_update(lists, Some(&old), &mut new, w);
+    assert_eq!(new, by_sets);
+    assert_eq!(entries(&new).len(), 1, "the editor took every field");
+}
