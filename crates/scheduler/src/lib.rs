@@ -540,10 +540,11 @@ impl Scheduler {
             }
             return Err(plugins::fit_error(total, &reasons));
         }
+        let owner = cache::OwnerKey::of(p);
         let raws: Vec<plugins::Raw> = feasible
             .iter()
             .map(|info| {
-                let mut raw = plugins::raw_scores(p, info, &nonzero);
+                let mut raw = plugins::raw_scores(p, owner, info, &nonzero);
                 if let Some(st) = &pod_state {
                     (raw.topology_spread, raw.pod_affinity) = interpod::score(st, info);
                 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 pub use rkube_api::nodeaffinity::term_matches;
 use rkube_api::taints::tolerated;
 
-use crate::cache::{controller_uid_of, host_ports, NodeInfo};
+use crate::cache::{host_ports, NodeInfo, OwnerKey};
 use crate::resources::{pod_requests, Resources};
 
 /// Why a node does not fit.
@@ -165,7 +165,7 @@ pub struct Raw {
 }
 
 /// The raw scores of `p` on `info`.
-pub fn raw_scores(p: &Pod, info: &NodeInfo, nonzero: &Resources) -> Raw {
+pub fn raw_scores(p: &Pod, owner: Option<OwnerKey>, info: &NodeInfo, nonzero: &Resources) -> Raw {
     let a = &info.allocatable;
     let cpu = info.nonzero.milli_cpu + nonzero.milli_cpu;
     let mem = info.nonzero.memory + nonzero.memory;
@@ -186,8 +186,8 @@ pub fn raw_scores(p: &Pod, info: &NodeInfo, nonzero: &Resources) -> Raw {
     };
     let (fc, fm) = (frac(cpu, a.milli_cpu), frac(mem, a.memory));
     let balanced = ((1.0 - (fc - fm).abs() / 2.0) * 100.0) as i64;
-    let same_owner = controller_uid_of(p)
-        .and_then(|o| info.owners.get(o).copied())
+    let same_owner = owner
+        .and_then(|o| info.owners.get(&o).copied())
         .unwrap_or(0) as i64;
     let prefer_taints = taints(info)
         .iter()
@@ -443,8 +443,8 @@ mod tests {
         c.assume("d/x", &p, "busy");
         let nz = requests(&p).1;
         let raws = [
-            raw_scores(&p, &c.nodes["busy"], &nz),
-            raw_scores(&p, &c.nodes["idle"], &nz),
+            raw_scores(&p, OwnerKey::of(&p), &c.nodes["busy"], &nz),
+            raw_scores(&p, OwnerKey::of(&p), &c.nodes["idle"], &nz),
         ];
         assert!(raws[1].least_allocated > raws[0].least_allocated);
         let t = totals(&raws);
@@ -454,8 +454,8 @@ mod tests {
             {"weight": 50, "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["busy"]}]}}]}}}),
         );
         let raws = [
-            raw_scores(&pref, &c.nodes["busy"], &nz),
-            raw_scores(&pref, &c.nodes["idle"], &nz),
+            raw_scores(&pref, OwnerKey::of(&pref), &c.nodes["busy"], &nz),
+            raw_scores(&pref, OwnerKey::of(&pref), &c.nodes["idle"], &nz),
         ];
         assert_eq!((raws[0].affinity, raws[1].affinity), (50, 0));
     }
