@@ -164,8 +164,9 @@ pub fn cached_pod(p: &mut Pod) {
 /// A pod's controller as the nodes count its pods for spreading: a fixed-key 64-bit hash of
 /// its UID, found once per pod, so scoring the pod on every node compares integers instead
 /// of reading each node's own copy of the string (a tenth of the scheduler's time when a
-/// Deployment's pods are spread over a thousand nodes). UIDs come from the apiserver, not
-/// from clients; a chance collision would only nudge a spreading score.
+/// Deployment's pods are spread over a thousand nodes). A collision (64 bits, not
+/// practical to craft, and a client can name any controller's UID anyway) only nudges a
+/// spreading score.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OwnerKey(u64);
 

@@ -460,6 +460,37 @@ mod tests {
         assert_eq!((raws[0].affinity, raws[1].affinity), (50, 0));
     }
 
+    /// The spreading score counts the pod's controller's pods on each node, and forgets them
+    /// as they go.
+    #[test]
+    fn pods_of_the_same_controller_are_counted_per_node() {
+        let owned = |uid: &str| {
+            let mut p = pod(json!({}));
+            p.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": uid, "controller": true}))
+            .unwrap()]);
+            p
+        };
+        let mut c = Cache::default();
+        c.set_node(node("a", "8", json!({})));
+        c.set_node(node("b", "8", json!({})));
+        let (mine, other) = (owned("uid-1"), owned("uid-2"));
+        c.assume("d/1", &mine, "a");
+        c.assume("d/2", &mine, "a");
+        c.assume("d/3", &other, "b");
+        let nz = requests(&mine).1;
+        let same = |c: &Cache, n: &str| {
+            raw_scores(&mine, OwnerKey::of(&mine), &c.nodes[n], &nz).same_owner
+        };
+        assert_eq!((same(&c, "a"), same(&c, "b")), (2, 0));
+        assert_ne!(OwnerKey::of(&mine), OwnerKey::of(&other));
+        assert_eq!(OwnerKey::of(&pod(json!({}))), None);
+        c.forget("d/1");
+        c.forget("d/2");
+        assert_eq!(same(&c, "a"), 0);
+        assert!(c.nodes["a"].owners.is_empty());
+    }
+
     #[test]
     fn sampling_and_messages() {
         assert_eq!(nodes_to_find(50, 0), 50);
