@@ -549,6 +549,18 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// A new `Update` entry for `who`, owning nothing yet.
+    fn update_by(who: Writer<'_>) -> Entry {
+        Entry {
+            manager: who.manager.to_string(),
+            operation: "Update".into(),
+            api_version: who.api_version.to_string(),
+            time: who.time.to_string(),
+            subresource: who.scope.subresource().to_string(),
+            fields: FieldSet::new(),
+        }
+    }
+
     fn is(&self, manager: &str, operation: &str, subresource: &str) -> bool {
         self.manager == manager && self.operation == operation && self.subresource == subresource
     }
@@ -665,14 +677,7 @@ fn record_update_by_sets(
     let mine = match list.iter().position(|e| e.is(who.manager, "Update", sub)) {
         Some(i) => &mut list[i],
         None => {
-            list.push(Entry {
-                manager: who.manager.to_string(),
-                operation: "Update".into(),
-                api_version: who.api_version.to_string(),
-                time: String::new(),
-                subresource: sub.to_string(),
-                fields: FieldSet::new(),
-            });
+            list.push(Entry::update_by(who));
             list.last_mut().expect("just pushed")
         }
     };

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{FieldSet, Writer};
+use super::{Entry, FieldSet, Writer};
 
 /// The keys an entry in written form has (`subresource` only when not empty).
 const ENTRY_KEYS: &[&str] = &[
@@ -54,33 +54,20 @@ pub(super) fn record_update(
     let sub = who.scope.subresource();
     let mut mine = None;
     for (i, e) in list.iter_mut().enumerate() {
-        let Some(tree) = e.get_mut("fieldsV1").and_then(Value::as_object_mut) else {
-            unreachable!("checked by written_form");
-        };
-        for p in changed.iter().chain(removed) {
-            remove(tree, p);
+        if let Some(tree) = e.get_mut("fieldsV1").and_then(Value::as_object_mut) {
+            for p in changed.iter().chain(removed) {
+                remove(tree, p);
+            }
         }
         if mine.is_none() && is(e, who.manager, "Update", sub) {
             mine = Some(i);
         }
     }
-    let mine = match mine {
-        Some(i) => i,
-        None if changed.is_empty() => usize::MAX,
-        None => {
-            let mut m = Map::new();
-            m.insert("manager".into(), who.manager.into());
-            m.insert("operation".into(), "Update".into());
-            m.insert("fieldsType".into(), "FieldsV1".into());
-            m.insert("fieldsV1".into(), Value::Object(Map::new()));
-            if !sub.is_empty() {
-                m.insert("subresource".into(), sub.into());
-            }
-            list.push(Value::Object(m));
-            list.len() - 1
-        }
-    };
-    if let Some(Value::Object(e)) = list.get_mut(mine) {
+    if mine.is_none() && !changed.is_empty() {
+        list.push(Entry::update_by(who).to_json());
+        mine = Some(list.len() - 1);
+    }
+    if let Some(Value::Object(e)) = mine.and_then(|i| list.get_mut(i)) {
         if let Some(Value::Object(tree)) = e.get_mut("fieldsV1") {
             for p in changed {
                 add(tree, p);
@@ -91,7 +78,8 @@ pub(super) fn record_update(
     }
     list.retain(|e| {
         e.get("fieldsV1")
-            .is_some_and(|t| t != &Value::Object(Map::new()))
+            .and_then(Value::as_object)
+            .is_some_and(|t| !t.is_empty())
     });
     if list.is_empty() {
         if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {

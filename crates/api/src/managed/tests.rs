@@ -624,18 +624,7 @@ fn the_in_place_update_matches_the_general_one() {
         next["spec"]["containers"][0]["image"] = json!("nginx:3");
         next["spec"]["containers"][0]["ports"][0]["protocol"] = json!("UDP");
         next["spec"]["nodeName"] = json!("node-2");
-        let w = who("kubectl-edit");
-        let (changed, removed) = changes(lists, Some(&obj), &next, w.scope);
-        assert!(!in_place::record_update(
-            &mut next.clone(),
-            &changed,
-            &removed,
-            w
-        ));
-        let mut by_sets = next.clone();
-        record_update_by_sets(lists, changed, removed, &mut by_sets, w);
-        record_update(lists, Some(&obj), &mut next, w);
-        assert_eq!(next, by_sets);
+        let next = takes_the_general_path(&obj, next, who("kubectl-edit"));
         assert!(entries(&next)
             .iter()
             .all(|e| e.manager != "spaced" && e.manager != "two-keys" && e.manager != "leaf"));
@@ -646,7 +635,6 @@ fn the_in_place_update_matches_the_general_one() {
 /// general path (linear in the entries) runs, with the same result.
 #[test]
 fn many_entries_take_the_general_path() {
-    let lists = Lists::GENERIC;
     let entry = |i: usize| {
         json!({"manager": format!("m{i}"), "operation": "Update", "apiVersion": "v1",
                "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
@@ -660,18 +648,26 @@ fn many_entries_take_the_general_path() {
     for i in 0..50 {
         new["data"][format!("k{i}")] = json!("changed");
     }
-    let w = who("editor");
-    let (changed, removed) = changes(lists, Some(&old), &new, w.scope);
-    assert_eq!(changed.len(), 50);
+    let new = takes_the_general_path(&old, new, who("editor"));
+    assert_eq!(entries(&new).len(), 1, "the editor took every field");
+    assert_eq!(entries(&new)[0].fields.len(), 50);
+}
+
+/// Records `who`'s update of `old` to `new`, asserting the in-place path declines it and the
+/// result is the general path's.
+fn takes_the_general_path(old: &Value, mut new: Value, who: Writer<'_>) -> Value {
+    let lists = Lists::GENERIC;
+    let (changed, removed) = changes(lists, Some(old), &new, who.scope);
+    assert!(!changed.is_empty() || !removed.is_empty());
     assert!(!in_place::record_update(
         &mut new.clone(),
         &changed,
         &removed,
-        w
+        who
     ));
     let mut by_sets = new.clone();
-    record_update_by_sets(lists, changed, removed, &mut by_sets, w);
-    record_update(lists, Some(&old), &mut new, w);
+    record_update_by_sets(lists, changed, removed, &mut by_sets, who);
+    record_update(lists, Some(old), &mut new, who);
     assert_eq!(new, by_sets);
-    assert_eq!(entries(&new).len(), 1, "the editor took every field");
+    new
 }
