@@ -185,6 +185,9 @@ impl NodeRuntime {
         let mut unsent = false;
         let mut deleted_api = false;
         loop {
+            // This step's events go out after its status write: sent first, on a busy plane
+            // they queue ahead of it (upstream's kubelet sends both asynchronously).
+            let mut events = Vec::new();
             // Deletion asked for: stop the containers within the grace period.
             if pod.metadata.deletion_timestamp.is_some() {
                 let grace = Duration::from_secs(
@@ -197,7 +200,7 @@ impl NodeRuntime {
                     .lock()
                     .unwrap()
                     .delete(Instant::now(), grace, &self.stages);
-                self.record(&regarding, evs);
+                events.extend(evs);
             }
             let (evs, next) = {
                 let mut images = self.images.lock().unwrap();
@@ -208,9 +211,8 @@ impl NodeRuntime {
                     &mut images,
                 )
             };
-            self.record(&regarding, evs);
-            let evs = sim.lock().unwrap().ephemeral(&pod, rkube_client::now());
-            self.record(&regarding, evs);
+            events.extend(evs);
+            events.extend(sim.lock().unwrap().ephemeral(&pod, rkube_client::now()));
             // Only a digest of the status outlives this block: ten thousand workers waiting
             // for a write permit would otherwise each hold their status and its patch.
             let (digest, overwritten) = {
@@ -239,6 +241,7 @@ impl NodeRuntime {
                 drop(status);
                 let written = api.patch_status(&name, &patch).await;
                 drop(permit);
+                self.record(&regarding, std::mem::take(&mut events));
                 match written {
                     Ok(written) => {
                         self.status_writes.inc();
@@ -253,6 +256,7 @@ impl NodeRuntime {
                     }
                 }
             }
+            self.record(&regarding, events);
             let finished = sim.lock().unwrap().finished();
             if finished
                 && pod.metadata.deletion_timestamp.is_some()

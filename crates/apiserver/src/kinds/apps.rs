@@ -65,6 +65,17 @@ impl Strategy for Deployment {
             || new.pointer("/metadata/annotations") != old.pointer("/metadata/annotations")
     }
 
+    /// As upstream's deploymentStatusStrategy: the spec and labels stay as stored, while
+    /// annotations may change (the controller writes its revision annotation with the status,
+    /// and a status write never bumps the generation).
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        super::status_only(new, old, true);
+        match old.pointer("/metadata/labels") {
+            Some(l) => meta::set_meta(new, "labels", l.clone()),
+            None => meta::remove_meta(new, "labels"),
+        }
+    }
+
     fn columns(&self) -> Vec<Column> {
         vec![
             Column::NAME,
@@ -206,6 +217,27 @@ pub fn validate_selector_template(obj: &Value, causes: &mut Vec<StatusCause>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deployment_status_write_takes_annotations_but_not_the_spec_or_labels() {
+        let old = json!({"metadata": {"name": "web", "labels": {"a": "1"}, "annotations": {"x": "1"}},
+            "spec": {"replicas": 1}, "status": {"replicas": 0}});
+        let mut new = json!({"metadata": {"name": "web", "labels": {"a": "2"},
+                "annotations": {"x": "1", "deployment.kubernetes.io/revision": "1"}},
+            "spec": {"replicas": 5}, "status": {"replicas": 1}});
+        Deployment.prepare_for_status_update(&mut new, &old);
+        assert_eq!(
+            new,
+            json!({"metadata": {"name": "web", "labels": {"a": "1"},
+                    "annotations": {"x": "1", "deployment.kubernetes.io/revision": "1"}},
+                "spec": {"replicas": 1}, "status": {"replicas": 1}})
+        );
+        let mut unlabelled =
+            json!({"metadata": {"name": "web", "labels": {"b": "1"}}, "status": {}});
+        Deployment
+            .prepare_for_status_update(&mut unlabelled, &json!({"metadata": {"name": "web"}}));
+        assert_eq!(unlabelled.pointer("/metadata/labels"), None);
+    }
 
     #[test]
     fn deployment_defaults_and_validation() {

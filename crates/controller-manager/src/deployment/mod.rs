@@ -160,7 +160,7 @@ impl DeploymentController {
         let Some(d) = self.ctx.deployments.get(key) else {
             return Ok(None);
         };
-        let d = (*d).clone();
+        let mut d = (*d).clone();
         let (ns, _) = split_key(key);
         if selector(d.spec.as_ref().map(|s| &s.selector)).is_none() {
             self.recorder.warning(
@@ -209,13 +209,13 @@ impl DeploymentController {
         }
 
         let new_rs = match new_rs {
-            Some(rs) => self.sync_new_revision(&d, rs, &old).await?,
+            Some(rs) => self.sync_new_revision(&mut d, rs, &old).await?,
             None if is_recreate(&d)
                 && old.iter().any(|rs| pod_count(rs) > 0 || self.has_pods(rs)) =>
             {
                 None
             }
-            None => Some(self.create_new_rs(&d, &old).await?),
+            None => Some(self.create_new_rs(&mut d, &old).await?),
         };
         let Some(new_rs) = new_rs else {
             // Recreate: old sets go to zero first.
@@ -296,7 +296,7 @@ impl DeploymentController {
     /// minReadySeconds in step.
     async fn sync_new_revision(
         &self,
-        d: &Deployment,
+        d: &mut Deployment,
         rs: ReplicaSet,
         old: &[&ReplicaSet],
     ) -> Result<Option<ReplicaSet>, Error> {
@@ -315,33 +315,22 @@ impl DeploymentController {
             let ns = rs.metadata.namespace.clone().unwrap_or_default();
             rs = self.rs_api(&ns).replace(&name(&rs.metadata), &rs).await?;
         }
-        self.set_deployment_revision(d, revision(&rs)).await?;
+        Self::set_deployment_revision(d, revision(&rs));
         Ok(Some(rs))
     }
 
-    async fn set_deployment_revision(&self, d: &Deployment, rev: i64) -> Result<(), Error> {
-        let cur = d
-            .metadata
+    /// Sets the revision annotation on the local copy; `sync_status` writes it with the status
+    /// (through the status subresource, as upstream's controller: no new generation).
+    fn set_deployment_revision(d: &mut Deployment, rev: i64) {
+        d.metadata
             .annotations
-            .as_ref()
-            .and_then(|a| a.get(REVISION))
-            .cloned();
-        if cur.as_deref() == Some(rev.to_string().as_str()) {
-            return Ok(());
-        }
-        let ns = d.metadata.namespace.as_deref().unwrap_or_default();
-        let patch = json!({"metadata": {"annotations": {REVISION: rev.to_string()}}});
-        ignore_gone(
-            Api::<Deployment>::namespaced(&self.ctx.client, ns)
-                .patch(&name(&d.metadata), &Patch::Merge(patch))
-                .await,
-        )?;
-        Ok(())
+            .get_or_insert_with(Default::default)
+            .insert(REVISION.into(), rev.to_string());
     }
 
     async fn create_new_rs(
         &self,
-        d: &Deployment,
+        d: &mut Deployment,
         old: &[&ReplicaSet],
     ) -> Result<ReplicaSet, Error> {
         let ns = d.metadata.namespace.clone().unwrap_or_default();
@@ -416,7 +405,7 @@ impl DeploymentController {
                 ),
             );
         }
-        self.set_deployment_revision(d, revision(&created)).await?;
+        Self::set_deployment_revision(d, revision(&created));
         Ok(created)
     }
 
@@ -505,11 +494,26 @@ impl DeploymentController {
             );
         }
         let recheck = progressing(d, &mut status, new_rs, now);
-        if d.status.as_ref() != Some(&status) {
+        // A revision set by this sync goes with the status, in one write (as upstream's
+        // UpdateStatus, which keeps annotations and leaves the generation alone).
+        let ns = d.metadata.namespace.as_deref().unwrap_or_default();
+        let stored = self.ctx.deployments.get(&key_of(d));
+        let rev = |d: &Deployment| {
+            d.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(REVISION))
+                .cloned()
+        };
+        let new_rev = rev(d).filter(|r| stored.as_deref().map(rev) != Some(Some(r.clone())));
+        if d.status.as_ref() != Some(&status) || new_rev.is_some() {
             // The controller is the status's only writer: a merge patch needs no resourceVersion
             // and so does not conflict with spec or annotation writes.
-            let ns = d.metadata.namespace.as_deref().unwrap_or_default();
-            let patch = Patch::Merge(json!({"status": status}));
+            let mut patch = json!({"status": status});
+            if let Some(r) = new_rev {
+                patch["metadata"] = json!({"annotations": {REVISION: r}});
+            }
+            let patch = Patch::Merge(patch);
             ignore_gone(
                 Api::<Deployment>::namespaced(&self.ctx.client, ns)
                     .patch_status(&name(&d.metadata), &patch)

@@ -255,19 +255,23 @@ impl<K: Set> ReplicaSetController<K> {
         }
         let active: Vec<Arc<Pod>> = owned.into_iter().filter(|p| is_active(p)).collect();
 
+        // Pods created or deleted by this sync: each one's event syncs the set again.
+        let mut acted = 0;
         if needs_sync && rs.metadata.deletion_timestamp.is_none() {
             let desired = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            match logic::diff(desired, &active) {
+            acted = match logic::diff(desired, &active) {
                 Diff::Create(n) => self.create_pods(key, &obj, &rs, n).await?,
                 Diff::Delete(names) => self.delete_pods(key, &obj, ns, &names).await?,
-                Diff::None => {}
-            }
+                Diff::None => 0,
+            };
         }
 
-        // Status.
+        // Status. Counted before this sync's creations and deletions, it is stale once any
+        // succeeded, and their events bring the next sync, which writes it: upstream writes
+        // both, and the first costs a write that competes with the new pods' scheduling.
         let now = rkube_client::now();
         let status = logic::status(&rs, &active, now);
-        if rs.status.as_ref() != Some(&status) {
+        if acted == 0 && rs.status.as_ref() != Some(&status) {
             let patch = Patch::Merge(json!({"status": status}));
             match Api::<K>::namespaced(&self.ctx.client, ns)
                 .patch_status(name, &patch)
@@ -325,7 +329,7 @@ impl<K: Set> ReplicaSetController<K> {
         obj: &K,
         rs: &ReplicaSet,
         n: usize,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         let pod = Self::pod_from_template(rs);
@@ -370,7 +374,7 @@ impl<K: Set> ReplicaSetController<K> {
             }
         }
         tracing::debug!(replicaset = key, created, "created pods");
-        Ok(())
+        Ok(created)
     }
 
     async fn delete_pods(
@@ -379,7 +383,7 @@ impl<K: Set> ReplicaSetController<K> {
         obj: &K,
         ns: &str,
         names: &[String],
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
         self.expectations
             .expect_deletions(key, names.iter().map(|n| format!("{ns}/{n}")));
@@ -400,13 +404,17 @@ impl<K: Set> ReplicaSetController<K> {
         }))
         .await;
         let mut failure = None;
+        let mut deleted = 0;
         for (n, r) in results {
             match r {
-                Ok(_) => self.recorder.normal(
-                    object_ref(obj),
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {n}"),
-                ),
+                Ok(_) => {
+                    deleted += 1;
+                    self.recorder.normal(
+                        object_ref(obj),
+                        "SuccessfulDelete",
+                        format!("Deleted pod: {n}"),
+                    )
+                }
                 Err(e) => {
                     self.expectations
                         .deletion_observed(key, &format!("{ns}/{n}"));
@@ -421,7 +429,7 @@ impl<K: Set> ReplicaSetController<K> {
                 }
             }
         }
-        failure.map_or(Ok(()), Err)
+        failure.map_or(Ok(deleted), Err)
     }
 
     async fn adopt(&self, api: &Api<Pod>, p: &Pod, rs: &ReplicaSet) -> Result<Option<Pod>, Error> {

@@ -30,11 +30,19 @@ async fn deployment_creates_replicaset_and_pods_with_upstream_names_and_owners()
     let (_cm, _) = env.start_cm(env.cm_config()).await;
     let _kubelet = env.fake_kubelet("default");
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
+    let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
+    // Every ReplicaSet status written, in order.
+    let from = rs_api.list(&ListParams::default()).await.unwrap();
+    let lp = ListParams {
+        resource_version: from.metadata.resource_version,
+        timeout_seconds: Some(60),
+        ..Default::default()
+    };
+    let mut rs_events = Box::pin(rs_api.watch(&lp).await.unwrap());
     let d = deploys
         .create(&deployment("web", 3, "nginx:1.14.2", 1, 0))
         .await
         .unwrap();
-    let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
     let rs = wait_for("the ReplicaSet", T, || async {
         rs_api
             .list(&ListParams::default())
@@ -129,6 +137,23 @@ async fn deployment_creates_replicaset_and_pods_with_upstream_names_and_owners()
         d.metadata.annotations.unwrap()["deployment.kubernetes.io/revision"],
         "1"
     );
+    // The revision went with the status (as upstream's UpdateStatus): no new generation.
+    assert_eq!(d.metadata.generation, Some(1));
+    // The set's first status already counts pods: the one its creating sync would have
+    // written (counted before the creations) is not written.
+    let first = tokio::time::timeout(T, async {
+        while let Some(Ok(ev)) = rs_events.next().await {
+            if let WatchEvent::Modified(r) = ev {
+                if let Some(s) = r.status {
+                    return s;
+                }
+            }
+        }
+        panic!("the ReplicaSet watch ended before any status");
+    })
+    .await
+    .expect("a ReplicaSet status");
+    assert!(first.replicas >= 1, "{first:?}");
     // Events as upstream writes them.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(&env.client, "default");
     wait_for(

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use tokio::process::Child;
 use tokio::sync::mpsc;
 
+mod hops;
 mod scale;
 
 #[derive(Parser, Debug)]
@@ -68,6 +69,10 @@ struct Flags {
     /// nothing (what to profile next).
     #[arg(long)]
     probe: bool,
+    /// Run only `--runs` 1-replica Deployments on rkube-store and print the median and p99 of
+    /// each step to Running (ReplicaSet, pod, binding, status); writes nothing.
+    #[arg(long)]
+    hops: bool,
 }
 
 struct Proc {
@@ -309,58 +314,76 @@ async fn running_feed(base: &str) -> anyhow::Result<mpsc::UnboundedReceiver<Ran>
             let Ok(resp) = reqwest::get(url).await else {
                 return;
             };
-            let mut s = resp.bytes_stream();
-            let mut buf = Vec::new();
-            while let Some(Ok(chunk)) = s.next().await {
-                buf.extend_from_slice(&chunk);
-                let mut start = 0;
-                while let Some(pos) = buf[start..].iter().position(|b| *b == b'\n') {
-                    let line = &buf[start..start + pos];
-                    start += pos + 1;
-                    let Ok(ev) = serde_json::from_slice::<Value>(line) else {
-                        continue;
-                    };
-                    if ev["type"] == "ERROR" {
-                        return;
-                    }
-                    let o = &ev["object"];
-                    if let Some(r) = o["metadata"]["resourceVersion"].as_str() {
-                        rv = r.to_string();
-                    }
-                    let (Some("ADDED" | "MODIFIED"), Some(name)) =
-                        (ev["type"].as_str(), o["metadata"]["name"].as_str())
-                    else {
-                        continue;
-                    };
-                    let at = first
-                        .entry(name.to_string())
-                        .or_insert_with(|| Some((Instant::now(), None)));
-                    if let Some((t, bound @ None)) = at {
-                        if o["spec"]["nodeName"].is_string() {
-                            *bound = Some(t.elapsed());
-                        }
-                    }
-                    if let Some((t, bound)) = at.filter(|_| is_running(o)) {
-                        *at = None;
-                        let ran = Ran {
-                            app: o["metadata"]["labels"]["app"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_string(),
-                            name: name.to_string(),
-                            startup: t.elapsed(),
-                            bound: bound.unwrap_or_default(),
-                        };
-                        if tx.send(ran).is_err() {
-                            return;
-                        }
+            let mut stop = false;
+            each_event(resp, |ev, _| {
+                if ev["type"] == "ERROR" {
+                    stop = true;
+                    return false;
+                }
+                let o = &ev["object"];
+                if let Some(r) = o["metadata"]["resourceVersion"].as_str() {
+                    rv = r.to_string();
+                }
+                let (Some("ADDED" | "MODIFIED"), Some(name)) =
+                    (ev["type"].as_str(), o["metadata"]["name"].as_str())
+                else {
+                    return true;
+                };
+                let at = first
+                    .entry(name.to_string())
+                    .or_insert_with(|| Some((Instant::now(), None)));
+                if let Some((t, bound @ None)) = at {
+                    if o["spec"]["nodeName"].is_string() {
+                        *bound = Some(t.elapsed());
                     }
                 }
-                buf.drain(..start);
+                if let Some((t, bound)) = at.filter(|_| is_running(o)) {
+                    *at = None;
+                    let ran = Ran {
+                        app: o["metadata"]["labels"]["app"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        name: name.to_string(),
+                        startup: t.elapsed(),
+                        bound: bound.unwrap_or_default(),
+                    };
+                    if tx.send(ran).is_err() {
+                        stop = true;
+                        return false;
+                    }
+                }
+                true
+            })
+            .await;
+            if stop {
+                return;
             }
         }
     });
     Ok(rx)
+}
+
+/// Reads a watch response's JSON lines and calls `f` with each event and the moment its chunk
+/// arrived, until the stream ends or `f` returns false.
+async fn each_event(resp: reqwest::Response, mut f: impl FnMut(Value, Instant) -> bool) {
+    let mut s = resp.bytes_stream();
+    let mut buf = Vec::new();
+    while let Some(Ok(chunk)) = s.next().await {
+        let at = Instant::now();
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(pos) = buf[start..].iter().position(|b| *b == b'\n') {
+            let line = &buf[start..start + pos];
+            start += pos + 1;
+            if let Ok(ev) = serde_json::from_slice::<Value>(line) {
+                if !f(ev, at) {
+                    return;
+                }
+            }
+        }
+        buf.drain(..start);
+    }
 }
 
 async fn post(http: &reqwest::Client, base: &str, d: &Value) -> anyhow::Result<()> {
@@ -797,6 +820,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if f.probe {
         return probe(&f).await;
+    }
+    if f.hops {
+        // 110 pods fit a node: every run's pod keeps its place.
+        let c = Cluster::start(&f, false, false, f.runs.div_ceil(100).max(3)).await?;
+        return hops::hops(&c, f.runs).await;
     }
     if f.one_binary {
         one_binary_section(&f).await?;
