@@ -7,6 +7,7 @@
 //! and a Job of 1,000 completions, 100 at a time, to its Complete condition. `--one-binary`:
 //! the 10,000-replica run on `rkube server` (every component in one process) beside the
 //! separate processes, in one run. `--scale`: 100,000 pods on 5,000 nodes (`scale.rs`).
+//! `--hops`: the 1-replica latency split by step, with the writes it took (`hops.rs`).
 //! Writes `docs/benchmarks.md`.
 
 use std::collections::HashMap;
