@@ -161,6 +161,7 @@ impl DeploymentController {
             return Ok(None);
         };
         let mut d = (*d).clone();
+        let start_revision = revision_annotation(&d);
         let (ns, _) = split_key(key);
         if selector(d.spec.as_ref().map(|s| &s.selector)).is_none() {
             self.recorder.warning(
@@ -193,7 +194,7 @@ impl DeploymentController {
             .collect();
 
         if d.metadata.deletion_timestamp.is_some() {
-            return self.sync_status(&d, &refs, new_rs.as_ref()).await;
+            return self.sync_status(&d, &refs, new_rs.as_ref(), None).await;
         }
         let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
         let active: Vec<&ReplicaSet> = refs
@@ -205,7 +206,7 @@ impl DeploymentController {
             let sizes = proportional_sizes(&d, &active, new_rs.as_ref());
             self.apply_sizes(&d, &refs, &sizes).await?;
             self.annotate_all(&d, &refs).await?;
-            return self.sync_status(&d, &refs, new_rs.as_ref()).await;
+            return self.sync_status(&d, &refs, new_rs.as_ref(), None).await;
         }
 
         let new_rs = match new_rs {
@@ -217,6 +218,9 @@ impl DeploymentController {
             }
             None => Some(self.create_new_rs(&mut d, &old).await?),
         };
+        // The revision this sync set (on its copy): written with the status.
+        let revised = revision_annotation(&d).filter(|r| start_revision.as_ref() != Some(r));
+        let revised = revised.as_deref();
         let Some(new_rs) = new_rs else {
             // Recreate: old sets go to zero first.
             let sizes: Vec<(String, i32)> = old
@@ -225,7 +229,7 @@ impl DeploymentController {
                 .map(|rs| (name(&rs.metadata), 0))
                 .collect();
             self.apply_sizes(&d, &refs, &sizes).await?;
-            return self.sync_status(&d, &refs, None).await;
+            return self.sync_status(&d, &refs, None, revised).await;
         };
         let mut all: Vec<&ReplicaSet> = old.clone();
         all.push(&new_rs);
@@ -238,28 +242,28 @@ impl DeploymentController {
                 .collect();
             if !sizes.is_empty() {
                 self.apply_sizes(&d, &all, &sizes).await?;
-                return self.sync_status(&d, &all, Some(&new_rs)).await;
+                return self.sync_status(&d, &all, Some(&new_rs), revised).await;
             }
             if old.iter().any(|rs| self.has_pods(rs)) {
-                return self.sync_status(&d, &all, Some(&new_rs)).await;
+                return self.sync_status(&d, &all, Some(&new_rs), revised).await;
             }
             let want = replicas(&d);
             if spec_replicas(&new_rs) != want {
                 self.apply_sizes(&d, &all, &[(name(&new_rs.metadata), want)])
                     .await?;
-                return self.sync_status(&d, &all, Some(&new_rs)).await;
+                return self.sync_status(&d, &all, Some(&new_rs), revised).await;
             }
         } else {
             let target = new_rs_replicas(&d, &all, &new_rs);
             if target != spec_replicas(&new_rs) {
                 self.apply_sizes(&d, &all, &[(name(&new_rs.metadata), target)])
                     .await?;
-                return self.sync_status(&d, &all, Some(&new_rs)).await;
+                return self.sync_status(&d, &all, Some(&new_rs), revised).await;
             }
             let sizes = scale_down_old(&d, &new_rs, &old);
             if !sizes.is_empty() {
                 self.apply_sizes(&d, &all, &sizes).await?;
-                return self.sync_status(&d, &all, Some(&new_rs)).await;
+                return self.sync_status(&d, &all, Some(&new_rs), revised).await;
             }
         }
         let status = calculate_status(&d, &all, Some(&new_rs), rkube_client::now());
@@ -273,7 +277,7 @@ impl DeploymentController {
                 ignore_gone(self.rs_api(ns).delete(&n, &dp).await)?;
             }
         }
-        self.sync_status(&d, &all, Some(&new_rs)).await
+        self.sync_status(&d, &all, Some(&new_rs), revised).await
     }
 
     fn has_pods(&self, rs: &ReplicaSet) -> bool {
@@ -465,6 +469,7 @@ impl DeploymentController {
         d: &Deployment,
         all: &[&ReplicaSet],
         new_rs: Option<&ReplicaSet>,
+        revised: Option<&str>,
     ) -> Reconciled {
         let now = rkube_client::now();
         let mut status = calculate_status(d, all, new_rs, now);
@@ -495,17 +500,12 @@ impl DeploymentController {
         }
         let recheck = progressing(d, &mut status, new_rs, now);
         // A revision set by this sync goes with the status, in one write (as upstream's
-        // UpdateStatus, which keeps annotations and leaves the generation alone).
+        // UpdateStatus, which keeps annotations and leaves the generation alone), unless the
+        // stored object has it already.
         let ns = d.metadata.namespace.as_deref().unwrap_or_default();
         let stored = self.ctx.deployments.get(&key_of(d));
-        let rev = |d: &Deployment| {
-            d.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(REVISION))
-                .cloned()
-        };
-        let new_rev = rev(d).filter(|r| stored.as_deref().map(rev) != Some(Some(r.clone())));
+        let new_rev = revised
+            .filter(|r| stored.as_deref().and_then(revision_annotation).as_deref() != Some(*r));
         if d.status.as_ref() != Some(&status) || new_rev.is_some() {
             // The controller is the status's only writer: a merge patch needs no resourceVersion
             // and so does not conflict with spec or annotation writes.
@@ -522,6 +522,11 @@ impl DeploymentController {
         }
         Ok(recheck.map(|s| Duration::from_secs(s.max(1) as u64)))
     }
+}
+
+/// The Deployment's `deployment.kubernetes.io/revision` annotation.
+fn revision_annotation(d: &Deployment) -> Option<String> {
+    d.metadata.annotations.as_ref()?.get(REVISION).cloned()
 }
 
 fn controller_ref_to(d: &Deployment) -> OwnerReference {
