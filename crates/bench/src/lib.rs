@@ -334,8 +334,13 @@ fn log_sink(bin: &Path) -> anyhow::Result<Stdio> {
 
 /// The current resourceVersion of the pods collection (to watch from "now").
 pub async fn pods_rv(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
+    list_rv(http, &format!("{base}/api/v1/pods")).await
+}
+
+/// The current resourceVersion of the collection at `url` (one item listed).
+pub async fn list_rv(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
     let v: serde_json::Value = http
-        .get(format!("{base}/api/v1/pods?limit=1"))
+        .get(format!("{url}?limit=1"))
         .send()
         .await?
         .json()

@@ -5,10 +5,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{deployment, each_event, is_running, metrics_page, post, samples, Cluster};
+use rkube_bench::list_rv;
+
+use super::{
+    deployment, each_event, is_running, metric_total, metrics_page, post, samples, Cluster,
+};
 
 /// A first sighting: the object's `app` label, the step it shows, when.
 type Seen = (String, Step, Instant);
@@ -24,16 +27,7 @@ enum Step {
 /// Follows one resource's watch from now on and sends every step its events show.
 async fn follow(base: &str, path: &str, tx: mpsc::UnboundedSender<Seen>) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let list: Value = http
-        .get(format!("{base}{path}?limit=1"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let rv = list["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("0")
-        .to_string();
+    let rv = list_rv(&http, &format!("{base}{path}")).await?;
     let resp = http
         .get(format!(
             "{base}{path}?watch=true&resourceVersion={rv}&timeoutSeconds=3600"
@@ -150,12 +144,7 @@ pub async fn hops(c: &Cluster, runs: usize) -> anyhow::Result<()> {
             println!("  {what:<40} {n:6.0} × {ms:6.2} ms");
         }
     }
-    let total = |text: &str, name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let delta = |name: &str| total(&store_after, name) - total(&store_before, name);
+    let delta = |name: &str| metric_total(&store_after, name) - metric_total(&store_before, name);
     let commits = delta("etcd_disk_backend_commit_duration_seconds_count");
     if commits > 0.0 {
         println!(

@@ -540,7 +540,11 @@ async fn metric_sum(url: &str, name: &str) -> f64 {
     let Ok(r) = reqwest::get(url).await else {
         return 0.0;
     };
-    let text = r.text().await.unwrap_or_default();
+    metric_total(&r.text().await.unwrap_or_default(), name)
+}
+
+/// The sum of a metric's samples, over every label set, in a Prometheus text page.
+fn metric_total(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
