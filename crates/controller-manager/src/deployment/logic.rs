@@ -616,6 +616,58 @@ pub fn progressing(
     Some(i64::from(deadline))
 }
 
+/// Moves a ReplicaSet's `ReplicaFailure` condition onto the Deployment — the new set's first,
+/// else an old set's — or removes the Deployment's when no set has one (upstream's
+/// `getReplicaFailures` in `syncRolloutStatus`). A condition already there with the same status
+/// and reason is kept as it is.
+pub fn replica_failure(s: &mut DeploymentStatus, all: &[&ReplicaSet], new_rs: Option<&ReplicaSet>) {
+    let failure = |rs: &ReplicaSet| {
+        rs.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "ReplicaFailure")
+            .cloned()
+    };
+    let found = new_rs
+        .and_then(failure)
+        .or_else(|| all.iter().find_map(|rs| failure(rs)));
+    let conds = s.conditions.get_or_insert_with(Vec::new);
+    let current = conds.iter().position(|c| c.type_ == "ReplicaFailure");
+    match (found, current) {
+        (None, Some(i)) => {
+            conds.remove(i);
+        }
+        (None, None) => {}
+        (Some(f), current) => {
+            let had = current.map(|i| conds.remove(i));
+            if let Some(c) = had
+                .as_ref()
+                .filter(|c| c.status == f.status && c.reason == f.reason)
+            {
+                conds.push(c.clone());
+            } else {
+                let since = had
+                    .filter(|c| c.status == f.status)
+                    .and_then(|c| c.last_transition_time)
+                    .or_else(|| f.last_transition_time.clone());
+                conds.push(DeploymentCondition {
+                    type_: f.type_,
+                    status: f.status,
+                    reason: f.reason,
+                    message: f.message,
+                    last_update_time: f.last_transition_time,
+                    last_transition_time: since,
+                });
+            }
+        }
+    }
+    if conds.is_empty() {
+        s.conditions = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -801,5 +853,52 @@ mod tests {
             (p.status.as_str(), p.reason.as_deref()),
             ("True", Some("ReplicaSetUpdated"))
         );
+    }
+
+    #[test]
+    fn a_replica_sets_failure_shows_on_the_deployment_until_it_clears() {
+        let d = deploy(2, json!(1), json!(0));
+        let now = rkube_client::now();
+        let failing = |name: &str, message: &str| {
+            let mut r = rs(name, "2026-01-02T00:00:00Z", 2, 1, 1);
+            r.status.as_mut().unwrap().conditions = Some(vec![serde_json::from_value(json!({
+                "type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                "message": message, "lastTransitionTime": "2026-01-02T00:00:05Z"
+            }))
+            .unwrap()]);
+            r
+        };
+        let old = failing("old", "old set's error");
+        let new = failing("new", "exceeded quota");
+        let mut s = calculate_status(&d, &[&old, &new], Some(&new), now);
+        replica_failure(&mut s, &[&old, &new], Some(&new));
+        let c = condition(&s, "ReplicaFailure").unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+            ("True", Some("FailedCreate"), Some("exceeded quota"))
+        );
+        assert_eq!(c.last_update_time, c.last_transition_time);
+        assert!(
+            condition(&s, "Available").is_some(),
+            "other conditions stay"
+        );
+
+        // Without a failing new set, an old set's failure is shown.
+        let fine = rs("new", "2026-01-02T00:00:00Z", 2, 2, 2);
+        let mut s2 = calculate_status(&d, &[&old, &fine], Some(&fine), now);
+        replica_failure(&mut s2, &[&old, &fine], Some(&fine));
+        assert_eq!(
+            condition(&s2, "ReplicaFailure").unwrap().message.as_deref(),
+            Some("old set's error")
+        );
+
+        // Once no set fails, the condition goes.
+        let mut d2 = d.clone();
+        d2.status = Some(s);
+        let mut s3 = calculate_status(&d2, &[&fine], Some(&fine), now);
+        assert!(condition(&s3, "ReplicaFailure").is_some());
+        replica_failure(&mut s3, &[&fine], Some(&fine));
+        assert!(condition(&s3, "ReplicaFailure").is_none());
+        assert!(condition(&s3, "Available").is_some());
     }
 }

@@ -499,6 +499,9 @@ impl DeploymentController {
             );
         }
         let recheck = progressing(d, &mut status, new_rs, now);
+        if !paused {
+            replica_failure(&mut status, all, new_rs);
+        }
         // A revision set by this sync goes with the status, in one write (as upstream's
         // UpdateStatus, which keeps annotations and leaves the generation alone), unless the
         // stored object has it already.

@@ -1,12 +1,14 @@
 //! The ReplicaSet controller's decisions, without I/O: which pods count, how many to create or
-//! which to delete (upstream's deletion ranking), slow-start batch sizes, and the status.
+//! which to delete (upstream's deletion ranking), slow-start batch sizes, and the status with
+//! its `ReplicaFailure` condition.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
 
 use crate::objects::labels_of;
@@ -162,8 +164,20 @@ pub fn slow_start_batches(n: usize) -> Vec<usize> {
     out
 }
 
-/// The status for the pods the set owns (active ones), at `now`.
-pub fn status(rs: &ReplicaSet, owned_active: &[Arc<Pod>], now: DateTime<Utc>) -> ReplicaSetStatus {
+/// The condition a set carries while creating or deleting its pods fails.
+pub const REPLICA_FAILURE: &str = "ReplicaFailure";
+
+/// The status for the pods the set owns (active ones, as counted before this sync created or
+/// deleted any), at `now`. `failure` is the error of this sync's creations or deletions, if
+/// any failed: it sets `ReplicaFailure` (reason `FailedCreate` or `FailedDelete`, kept with
+/// its first message while failures go on), and a sync without one removes it, as upstream's
+/// `calculateStatus`.
+pub fn status(
+    rs: &ReplicaSet,
+    owned_active: &[Arc<Pod>],
+    now: DateTime<Utc>,
+    failure: Option<&str>,
+) -> ReplicaSetStatus {
     let spec = rs.spec.as_ref();
     let min_ready = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
     let template_labels = spec
@@ -184,13 +198,44 @@ pub fn status(rs: &ReplicaSet, owned_active: &[Arc<Pod>], now: DateTime<Utc>) ->
         .filter(|p| is_available(p, min_ready, now))
         .count();
     let old = rs.status.clone().unwrap_or_default();
+    let mut conditions = old.conditions;
+    let failing = conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == REPLICA_FAILURE);
+    match failure {
+        Some(message) if !failing => {
+            let desired = spec.and_then(|s| s.replicas).unwrap_or(1);
+            let reason = match (owned_active.len() as i64).cmp(&i64::from(desired)) {
+                Ordering::Less => "FailedCreate",
+                Ordering::Greater => "FailedDelete",
+                Ordering::Equal => "",
+            };
+            conditions
+                .get_or_insert_with(Vec::new)
+                .push(ReplicaSetCondition {
+                    type_: REPLICA_FAILURE.into(),
+                    status: "True".into(),
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                    last_transition_time: Some(Time(now)),
+                });
+        }
+        None if failing => {
+            if let Some(c) = conditions.as_mut() {
+                c.retain(|c| c.type_ != REPLICA_FAILURE);
+            }
+            conditions = conditions.filter(|c| !c.is_empty());
+        }
+        _ => {}
+    }
     ReplicaSetStatus {
         replicas: owned_active.len() as i32,
         fully_labeled_replicas: Some(fully as i32),
         ready_replicas: Some(ready as i32),
         available_replicas: Some(available as i32),
         observed_generation: rs.metadata.generation,
-        conditions: old.conditions,
+        conditions,
         terminating_replicas: None,
     }
 }
@@ -198,6 +243,7 @@ pub fn status(rs: &ReplicaSet, owned_active: &[Arc<Pod>], now: DateTime<Utc>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::apps::v1::ReplicaSetSpec;
     use serde_json::json;
 
     fn pod(name: &str, node: &str, phase: &str, ready: Option<&str>, created: &str) -> Arc<Pod> {
@@ -303,5 +349,58 @@ mod tests {
             None,
             "2026-01-01T00:00:00Z"
         )));
+    }
+
+    #[test]
+    fn a_failed_sync_sets_replica_failure_and_a_clean_one_removes_it() {
+        let rs: ReplicaSet = serde_json::from_value(json!({
+            "metadata": {"name": "rs", "generation": 1},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"a": "b"}}}
+        }))
+        .unwrap();
+        let t0 = "2026-01-01T00:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        let t1 = t0 + k8s_openapi::chrono::Duration::seconds(5);
+        let two = vec![
+            pod("p1", "n", "Running", None, "2026-01-01T00:00:00Z"),
+            pod("p2", "n", "Running", None, "2026-01-01T00:00:00Z"),
+        ];
+        let quota = "pods \"rs-x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
+
+        let failed = status(&rs, &two, t0, Some(quota));
+        let c = &failed.conditions.as_ref().unwrap()[0];
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str()),
+            ("ReplicaFailure", "True")
+        );
+        assert_eq!(c.reason.as_deref(), Some("FailedCreate"));
+        assert_eq!(c.message.as_deref(), Some(quota));
+        assert_eq!(c.last_transition_time, Some(Time(t0)));
+
+        // Failing on: the first condition stays as it was.
+        let again = ReplicaSet {
+            status: Some(failed.clone()),
+            ..rs.clone()
+        };
+        let still = status(&again, &two, t1, Some("another error"));
+        assert_eq!(still.conditions, failed.conditions);
+
+        // Too many pods and a failed deletion: FailedDelete.
+        let one = ReplicaSet {
+            spec: rs.spec.clone().map(|s| ReplicaSetSpec {
+                replicas: Some(1),
+                ..s
+            }),
+            ..rs.clone()
+        };
+        let del = status(&one, &two, t0, Some("boom"));
+        assert_eq!(
+            del.conditions.unwrap()[0].reason.as_deref(),
+            Some("FailedDelete")
+        );
+
+        // A sync without failure removes it, and leaves no empty list behind.
+        let clean = status(&again, &two, t1, None);
+        assert_eq!(clean.conditions, None);
+        assert_eq!(status(&rs, &two, t1, None).conditions, None);
     }
 }

@@ -255,24 +255,36 @@ impl<K: Set> ReplicaSetController<K> {
         }
         let active: Vec<Arc<Pod>> = owned.into_iter().filter(|p| is_active(p)).collect();
 
-        // Pods created or deleted by this sync: each one's event syncs the set again.
+        // Pods created or deleted by this sync (each one's event syncs the set again), or why
+        // that failed.
         let mut acted = 0;
+        let mut failure = None;
         if needs_sync && rs.metadata.deletion_timestamp.is_none() {
             let desired = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            acted = match logic::diff(desired, &active) {
-                Diff::Create(n) => self.create_pods(key, &obj, &rs, n).await?,
-                Diff::Delete(names) => self.delete_pods(key, &obj, ns, &names).await?,
-                Diff::None => 0,
+            let managed = match logic::diff(desired, &active) {
+                Diff::Create(n) => self.create_pods(key, &obj, &rs, n).await,
+                Diff::Delete(names) => self.delete_pods(key, &obj, ns, &names).await,
+                Diff::None => Ok(0),
             };
+            match managed {
+                Ok(n) => acted = n,
+                Err(e) => failure = Some(e),
+            }
         }
 
         // Status. Counted before this sync's creations and deletions, it is stale once any
         // succeeded, and their events bring the next sync, which writes it: upstream writes
-        // both, and the first costs a write that competes with the new pods' scheduling.
+        // both, and the first costs a write that competes with the new pods' scheduling. A
+        // failure is written at once (its ReplicaFailure condition), as upstream's.
         let now = rkube_client::now();
-        let status = logic::status(&rs, &active, now);
-        if acted == 0 && rs.status.as_ref() != Some(&status) {
-            let patch = Patch::Merge(json!({"status": status}));
+        let message = failure.as_ref().map(Error::to_string);
+        let status = logic::status(&rs, &active, now, message.as_deref());
+        if (acted == 0 || failure.is_some()) && rs.status.as_ref() != Some(&status) {
+            let mut patch = json!({"status": status});
+            if status.conditions.is_none() {
+                patch["status"]["conditions"] = serde_json::Value::Null; // a merge patch's removal
+            }
+            let patch = Patch::Merge(patch);
             match Api::<K>::namespaced(&self.ctx.client, ns)
                 .patch_status(name, &patch)
                 .await
@@ -281,6 +293,9 @@ impl<K: Set> ReplicaSetController<K> {
                 Err(e) if e.is_not_found() => return Ok(None),
                 Err(e) => return Err(e),
             }
+        }
+        if let Some(e) = failure {
+            return Err(e); // retried with the queue's backoff
         }
         let mrs = rs
             .spec

@@ -217,6 +217,108 @@ async fn scaling_up_and_down() {
     assert_eq!(live_pods(&env.client, "default", "app=s").await.len(), 2);
 }
 
+/// Upstream's conformance case "ReplicationController should surface a failure condition on a
+/// common issue like exceeded quota", and the same failure carried to a Deployment: a set that
+/// cannot create its pods shows `ReplicaFailure` (FailedCreate, the quota's message), its
+/// Deployment shows it too, and both lose it once the set manages without error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_refusal_surfaces_as_replica_failure_until_it_clears() {
+    use k8s_openapi::api::core::v1::{ReplicationController, ResourceQuota};
+    let env = Env::start().await;
+    let (_cm, _) = env.start_cm(env.cm_config()).await;
+    let quotas: Api<ResourceQuota> = Api::namespaced(&env.client, "default");
+    quotas
+        .create(
+            &serde_json::from_value(json!({"metadata": {"name": "condition-test"},
+                "spec": {"hard": {"pods": "2"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let rcs: Api<ReplicationController> = Api::namespaced(&env.client, "default");
+    rcs.create(
+        &serde_json::from_value(json!({"metadata": {"name": "condition-test"}, "spec": {
+            "replicas": 3, "selector": {"name": "condition-test"},
+            "template": {"metadata": {"labels": {"name": "condition-test"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    type Cond = (String, String, String);
+    /// A ReplicaFailure condition's status, reason and message, of either kind's conditions.
+    fn failure<C: serde::Serialize>(conds: Option<Vec<C>>) -> Option<Cond> {
+        let c = conds?
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .find(|c| c["type"] == "ReplicaFailure")?;
+        let field = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        Some((field("status"), field("reason"), field("message")))
+    }
+    /// Waits for a ReplicaFailure, checks it is a failed creation, and gives its message.
+    async fn failed_create<F: std::future::Future<Output = Option<Option<Cond>>>>(
+        what: &str,
+        get: impl Fn() -> F,
+    ) -> String {
+        let (status, reason, message) = wait_for(what, T, || async { get().await.flatten() }).await;
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "FailedCreate"));
+        message
+    }
+    let rc_failure = || async {
+        let rc = rcs.get("condition-test").await.ok()?;
+        Some(failure(rc.status.and_then(|s| s.conditions)))
+    };
+    let message = failed_create("the RC's ReplicaFailure", rc_failure).await;
+    assert!(
+        message.contains("exceeded quota: condition-test"),
+        "{message}"
+    );
+    assert_eq!(
+        live_pods(&env.client, "default", "name=condition-test")
+            .await
+            .len(),
+        2
+    );
+
+    // A Deployment in the full namespace: its set fails the same way, and the Deployment says so.
+    let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
+    deploys
+        .create(&deployment("blocked", 1, "nginx", 1, 0))
+        .await
+        .unwrap();
+    let d_failure = || async {
+        let d = deploys.get("blocked").await.ok()?;
+        Some(failure(d.status.and_then(|s| s.conditions)))
+    };
+    let message = failed_create("the Deployment's ReplicaFailure", d_failure).await;
+    assert!(message.contains("exceeded quota"), "{message}");
+
+    // Scaled to what the quota allows, the RC manages without error: the condition goes.
+    rcs.patch(
+        "condition-test",
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    wait_for("the RC's condition removed", T, || async {
+        (rc_failure().await? == None).then_some(())
+    })
+    .await;
+
+    // Room in the quota: the Deployment's pod is created and its condition goes too.
+    rcs.patch(
+        "condition-test",
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .unwrap();
+    wait_for("the Deployment's pod and no condition", T, || async {
+        let pods = live_pods(&env.client, "default", "app=blocked").await;
+        (pods.len() == 1 && d_failure().await? == None).then_some(())
+    })
+    .await;
+}
+
 /// Watches pods of `app` and checks the rollout bounds on every event.
 fn check_bounds(
     env: &Env,

@@ -144,6 +144,15 @@ pub async fn hops(c: &Cluster, runs: usize) -> anyhow::Result<()> {
             println!("  {what:<40} {n:6.0} × {ms:6.2} ms");
         }
     }
+    println!("mean time in the store, by call (from its request to its answer):");
+    for (what, n, ms) in means(
+        &store_before,
+        &store_after,
+        "grpc_server_handling_seconds",
+        &["grpc_method"],
+    ) {
+        println!("  {what:<40} {n:6.0} × {ms:6.2} ms");
+    }
     let delta = |name: &str| metric_total(&store_after, name) - metric_total(&store_before, name);
     let commits = delta("etcd_disk_backend_commit_duration_seconds_count");
     if commits > 0.0 {
