@@ -301,7 +301,7 @@ async fn a_quota_refusal_surfaces_as_replica_failure_until_it_clears() {
     .await
     .unwrap();
     wait_for("the RC's condition removed", T, || async {
-        (rc_failure().await? == None).then_some(())
+        rc_failure().await?.is_none().then_some(())
     })
     .await;
 
@@ -314,7 +314,7 @@ async fn a_quota_refusal_surfaces_as_replica_failure_until_it_clears() {
     .unwrap();
     wait_for("the Deployment's pod and no condition", T, || async {
         let pods = live_pods(&env.client, "default", "app=blocked").await;
-        (pods.len() == 1 && d_failure().await? == None).then_some(())
+        (pods.len() == 1 && d_failure().await?.is_none()).then_some(())
     })
     .await;
 }
