@@ -4,7 +4,9 @@
 //!   is queued again when `done` is called;
 //! - `add_rate_limited` delays by max(per-item exponential backoff 5 ms → 1000 s, an overall
 //!   token bucket of 10 qps / burst 100); `forget` resets the item's backoff;
-//! - `add_after` delays; `shutdown` wakes every waiting worker with `None`.
+//! - `add_after` delays; an item waits once, for the earliest of the delays asked for it (a
+//!   later one is dropped, as client-go's `waitingForQueue` keeps one entry per item); `shutdown`
+//!   wakes every waiting worker with `None`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -20,6 +22,8 @@ struct State<T> {
     dirty: HashSet<T>,
     processing: HashSet<T>,
     failures: HashMap<T, u32>,
+    /// When each item waiting in `add_after` is due (the earliest asked for).
+    waiting: HashMap<T, tokio::time::Instant>,
     shutting_down: bool,
 }
 
@@ -41,6 +45,7 @@ impl<T: Clone + Eq + Hash + Send + 'static> WorkQueue<T> {
                 dirty: HashSet::new(),
                 processing: HashSet::new(),
                 failures: HashMap::new(),
+                waiting: HashMap::new(),
                 shutting_down: false,
             }),
             notify: Notify::new(),
@@ -73,10 +78,28 @@ impl<T: Clone + Eq + Hash + Send + 'static> WorkQueue<T> {
         if delay.is_zero() {
             return self.add(item);
         }
+        let due = tokio::time::Instant::now() + delay;
+        {
+            let mut s = self.state.lock().unwrap();
+            if s.waiting.get(&item).is_some_and(|d| *d <= due) {
+                return; // an earlier wait adds it
+            }
+            s.waiting.insert(item.clone(), due);
+        }
         let q = self.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            q.add(item);
+            tokio::time::sleep_until(due).await;
+            let mine = {
+                let mut s = q.state.lock().unwrap();
+                let mine = s.waiting.get(&item) == Some(&due);
+                if mine {
+                    s.waiting.remove(&item);
+                }
+                mine
+            };
+            if mine {
+                q.add(item);
+            }
         });
     }
 
@@ -227,5 +250,23 @@ mod tests {
         tokio::task::yield_now().await;
         q.shutdown();
         assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_item_waits_once_for_the_earliest_delay() {
+        let q: Arc<WorkQueue<&str>> = WorkQueue::new("t");
+        q.add_after("x", Duration::from_secs(10));
+        q.add_after("x", Duration::from_secs(1)); // earlier: replaces the wait
+        q.add_after("x", Duration::from_secs(5)); // later than the one waiting: dropped
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await, Some("x"));
+        q.done(&"x");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(q.is_empty(), "the dropped and replaced waits add nothing");
+        // Once due, a new wait starts afresh.
+        q.add_after("x", Duration::from_secs(3));
+        tokio::time::sleep(Duration::from_millis(3100)).await;
+        assert_eq!(q.len(), 1);
     }
 }

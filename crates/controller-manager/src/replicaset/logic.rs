@@ -171,7 +171,7 @@ pub const REPLICA_FAILURE: &str = "ReplicaFailure";
 /// deleted any), at `now`. `failure` is the error of this sync's creations or deletions, if
 /// any failed: it sets `ReplicaFailure` (reason `FailedCreate` or `FailedDelete`, kept with
 /// its first message while failures go on), and a sync without one removes it, as upstream's
-/// `calculateStatus`.
+/// `calculateStatus` — a sync that did not manage pods (creations still expected) included.
 pub fn status(
     rs: &ReplicaSet,
     owned_active: &[Arc<Pod>],
@@ -207,16 +207,16 @@ pub fn status(
         Some(message) if !failing => {
             let desired = spec.and_then(|s| s.replicas).unwrap_or(1);
             let reason = match (owned_active.len() as i64).cmp(&i64::from(desired)) {
-                Ordering::Less => "FailedCreate",
-                Ordering::Greater => "FailedDelete",
-                Ordering::Equal => "",
+                Ordering::Less => Some("FailedCreate".into()),
+                Ordering::Greater => Some("FailedDelete".into()),
+                Ordering::Equal => None,
             };
             conditions
                 .get_or_insert_with(Vec::new)
                 .push(ReplicaSetCondition {
                     type_: REPLICA_FAILURE.into(),
                     status: "True".into(),
-                    reason: Some(reason.into()),
+                    reason,
                     message: Some(message.into()),
                     last_transition_time: Some(Time(now)),
                 });

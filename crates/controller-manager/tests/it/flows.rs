@@ -280,6 +280,18 @@ async fn a_quota_refusal_surfaces_as_replica_failure_until_it_clears() {
         2
     );
 
+    // Scaled to what the quota allows, the RC manages without error: the condition goes.
+    rcs.patch(
+        "condition-test",
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    wait_for("the RC's condition removed", T, || async {
+        rc_failure().await?.is_none().then_some(())
+    })
+    .await;
+
     // A Deployment in the full namespace: its set fails the same way, and the Deployment says so.
     let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
     deploys
@@ -292,18 +304,6 @@ async fn a_quota_refusal_surfaces_as_replica_failure_until_it_clears() {
     };
     let message = failed_create("the Deployment's ReplicaFailure", d_failure).await;
     assert!(message.contains("exceeded quota"), "{message}");
-
-    // Scaled to what the quota allows, the RC manages without error: the condition goes.
-    rcs.patch(
-        "condition-test",
-        &Patch::Merge(json!({"spec": {"replicas": 2}})),
-    )
-    .await
-    .unwrap();
-    wait_for("the RC's condition removed", T, || async {
-        rc_failure().await?.is_none().then_some(())
-    })
-    .await;
 
     // Room in the quota: the Deployment's pod is created and its condition goes too.
     rcs.patch(
