@@ -732,7 +732,7 @@ mod tests {
 
     /// A server answering each connection with the next canned response, counting requests.
     async fn canned(answers: Vec<&'static str>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -742,29 +742,7 @@ mod tests {
                 let Ok((mut conn, _)) = listener.accept().await else {
                     return;
                 };
-                let mut buf = vec![0u8; 65536];
-                let mut got = Vec::new();
-                // The head, then the body its Content-Length announces.
-                while let Ok(n) = conn.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&got).to_string();
-                    if let Some(head_end) = text.find("\r\n\r\n") {
-                        let len = text[..head_end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                            })
-                            .unwrap_or(0);
-                        if got.len() >= head_end + 4 + len {
-                            break;
-                        }
-                    }
-                }
+                let _ = crate::testserver::read_body(&mut conn).await;
                 seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _ = conn.write_all(answer.as_bytes()).await;
             }

@@ -38,6 +38,9 @@ struct Pending {
     type_: &'static str,
     reason: String,
     message: String,
+    /// When it was recorded: its timestamps and name say so, however long it queued (as
+    /// upstream's recorder stamps an event when it makes it, not when it is written).
+    at: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>,
 }
 
 /// Cheap to clone; events go through a bounded channel and are dropped (with a log line) when
@@ -166,6 +169,7 @@ impl Recorder {
             type_,
             reason: reason.to_string(),
             message,
+            at: crate::now(),
         };
         if self.tx.try_send(p).is_err() {
             // Like upstream's broadcaster: drop rather than block the caller; say so sparingly.
@@ -241,7 +245,7 @@ impl Sender {
             p.message.clone(),
             p.component.clone(),
         );
-        let now = crate::now();
+        let now = p.at;
         let source = EventSource {
             component: Some(p.component.to_string()),
             host: p
@@ -302,5 +306,83 @@ impl Sender {
         }
         seen.insert(key, (ns, name, 1));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A server that answers nothing until `gate` opens, then echoes every request's body
+    /// with 201, keeping the bodies.
+    async fn gated_echo(
+        gate: Arc<tokio::sync::Notify>,
+    ) -> (String, mpsc::UnboundedReceiver<Event>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            gate.notified().await;
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let Some(body) = crate::testserver::read_body(&mut conn).await else {
+                        return;
+                    };
+                    if let Ok(ev) = serde_json::from_slice::<Event>(&body) {
+                        let _ = tx.send(ev);
+                    }
+                    let head = format!(
+                        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
+                });
+            }
+        });
+        (base, rx)
+    }
+
+    #[tokio::test]
+    async fn events_are_stamped_when_recorded_not_when_sent() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let (base, mut written) = gated_echo(gate.clone()).await;
+        let client = Client::for_server(&base);
+        let stop = CancellationToken::new();
+        let rec = Recorder::new(&client, "test", None, stop.clone());
+        // More events than the sender writes at once, so the last ones queue behind the
+        // stalled server; each about its own object (the spam filter counts per object).
+        let n = IN_FLIGHT + 4;
+        let before = crate::now();
+        for i in 0..n {
+            let obj = ObjectReference {
+                kind: Some("Pod".into()),
+                namespace: Some("a".into()),
+                name: Some(format!("p{i}")),
+                ..Default::default()
+            };
+            rec.normal(obj, "Started", "started".into());
+        }
+        let recorded = crate::now();
+        gate.notify_one();
+        for _ in 0..n {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(30), written.recv())
+                .await
+                .expect("every event written")
+                .unwrap();
+            let name = ev.metadata.name.unwrap();
+            let nanos = i64::from_str_radix(name.rsplit('.').next().unwrap(), 16).unwrap();
+            let stamped = k8s_openapi::chrono::DateTime::from_timestamp_nanos(nanos);
+            assert!(
+                stamped >= before && stamped <= recorded,
+                "{name}: stamped {stamped}, recorded between {before} and {recorded}"
+            );
+            assert_eq!(ev.first_timestamp, ev.last_timestamp);
+            let first = ev.first_timestamp.unwrap().0;
+            assert!(first.timestamp() <= recorded.timestamp(), "{first}");
+        }
+        stop.cancel();
     }
 }

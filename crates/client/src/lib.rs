@@ -11,6 +11,8 @@ pub mod informer;
 pub mod leader;
 pub mod ratelimit;
 pub mod reflector;
+#[cfg(test)]
+mod testserver;
 pub mod wait;
 pub mod watch;
 pub mod workqueue;

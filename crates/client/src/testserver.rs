@@ -1,0 +1,33 @@
+//! For the crate's unit tests: reading one HTTP/1.1 request off a raw connection, so a test
+//! server can answer what it likes.
+
+use tokio::io::AsyncReadExt;
+
+/// The next request's body (after its head, as long as its Content-Length says), or `None` if
+/// the connection ends first.
+pub async fn read_body(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 16384];
+    loop {
+        let n = conn.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let len = text[..end]
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+            })
+            .unwrap_or(0);
+        if got.len() >= end + 4 + len {
+            return Some(got[end + 4..end + 4 + len].to_vec());
+        }
+    }
+}
