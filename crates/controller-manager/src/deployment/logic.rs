@@ -18,12 +18,14 @@ pub const HASH_LABEL: &str = "pod-template-hash";
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
 pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+/// The revisions a set had before a rollback made it new again.
+pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
 
 /// Annotations of a Deployment that are not copied to its ReplicaSets.
 const NOT_COPIED: &[&str] = &[
     "kubectl.kubernetes.io/last-applied-configuration",
     REVISION,
-    "deployment.kubernetes.io/revision-history",
+    REVISION_HISTORY,
     DESIRED_REPLICAS,
     MAX_REPLICAS,
     "deprecated.deployment.rollback.to",
@@ -284,6 +286,14 @@ fn annotation_i32(rs: &ReplicaSet, key: &str) -> Option<i32> {
     rs.metadata.annotations.as_ref()?.get(key)?.parse().ok()
 }
 
+/// The sets sized above zero.
+pub fn active_sets<'a>(sets: &[&'a ReplicaSet]) -> Vec<&'a ReplicaSet> {
+    sets.iter()
+        .copied()
+        .filter(|rs| spec_replicas(rs) > 0)
+        .collect()
+}
+
 /// A scaling event: some active set was sized for a different replica count.
 pub fn is_scaling_event(d: &Deployment, active: &[&ReplicaSet]) -> bool {
     let want = replicas(d);
@@ -367,19 +377,67 @@ pub fn set_annotations(
     let mut a = rs.metadata.annotations.clone().unwrap_or_default();
     let before = a.clone();
     if is_new {
-        for (k, v) in d.metadata.annotations.iter().flatten() {
-            if !NOT_COPIED.contains(&k.as_str()) {
-                a.insert(k.clone(), v.clone());
-            }
-        }
-        if revision(rs) < new_revision {
-            a.insert(REVISION.into(), new_revision.to_string());
-        }
+        revise(d, &mut a, new_revision);
     }
     let (surge, _) = fenceposts(d);
     a.insert(DESIRED_REPLICAS.into(), replicas(d).to_string());
     a.insert(MAX_REPLICAS.into(), (replicas(d) + surge).to_string());
     (a != before).then_some(a)
+}
+
+/// An existing new set's annotations brought in step with its Deployment, its replica
+/// annotations left as they are (upstream's `SetNewReplicaSetAnnotations` for a set that
+/// exists, as paused and scaling syncs call it): `None` when nothing changes.
+pub fn revised_annotations(
+    d: &Deployment,
+    rs: &ReplicaSet,
+    new_revision: i64,
+) -> Option<BTreeMap<String, String>> {
+    let mut a = rs.metadata.annotations.clone().unwrap_or_default();
+    let before = a.clone();
+    revise(d, &mut a, new_revision);
+    (a != before).then_some(a)
+}
+
+/// How long `revision-history` may grow (upstream's `maxRevHistoryLengthInChars`).
+const REVISION_HISTORY_CHARS: usize = 2000;
+
+/// Copies the Deployment's annotations (but those in `NOT_COPIED`) and raises the revision to
+/// `new_revision` when lower; a revision it replaces is kept in `revision-history` (a rollback
+/// to this set), the oldest dropped first beyond `REVISION_HISTORY_CHARS`.
+fn revise(d: &Deployment, a: &mut BTreeMap<String, String>, new_revision: i64) {
+    for (k, v) in d.metadata.annotations.iter().flatten() {
+        if !NOT_COPIED.contains(&k.as_str()) {
+            a.insert(k.clone(), v.clone());
+        }
+    }
+    let old = a.get(REVISION).cloned();
+    if old
+        .as_deref()
+        .and_then(|r| r.parse::<i64>().ok())
+        .unwrap_or(0)
+        >= new_revision
+    {
+        return;
+    }
+    a.insert(REVISION.into(), new_revision.to_string());
+    let Some(old) = old else { return };
+    let mut kept: Vec<String> = a
+        .get(REVISION_HISTORY)
+        .map(|h| {
+            h.split(',')
+                .filter(|r| !r.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    kept.push(old);
+    while kept.len() > 1 && kept.join(",").len() > REVISION_HISTORY_CHARS {
+        kept.remove(0);
+    }
+    if kept.join(",").len() <= REVISION_HISTORY_CHARS {
+        a.insert(REVISION_HISTORY.into(), kept.join(","));
+    }
 }
 
 /// Old sets to delete beyond `revisionHistoryLimit`: empty, settled, oldest revisions first.
@@ -900,5 +958,33 @@ mod tests {
         replica_failure(&mut s3, &[&fine], Some(&fine));
         assert!(condition(&s3, "ReplicaFailure").is_none());
         assert!(condition(&s3, "Available").is_some());
+    }
+
+    #[test]
+    fn a_set_made_new_again_keeps_its_old_revisions() {
+        let mut d = deploy(2, json!(1), json!(0));
+        d.metadata.annotations = Some(BTreeMap::from([
+            ("team".to_string(), "a".to_string()),
+            (REVISION.to_string(), "2".to_string()),
+        ]));
+        let mut old = rs("old", "2026-01-01T00:00:00Z", 0, 0, 0);
+        old.metadata.annotations = Some(BTreeMap::from([
+            (REVISION.to_string(), "1".to_string()),
+            (DESIRED_REPLICAS.to_string(), "5".to_string()),
+        ]));
+        let a = revised_annotations(&d, &old, 3).unwrap();
+        assert_eq!(a[REVISION], "3");
+        assert_eq!(a[REVISION_HISTORY], "1");
+        assert_eq!(a["team"], "a", "the Deployment's annotations are copied");
+        assert_eq!(a[DESIRED_REPLICAS], "5", "replica annotations left alone");
+        // Made new again later: the history grows; a revision already as high is kept.
+        old.metadata.annotations = Some(a);
+        let a = revised_annotations(&d, &old, 5).unwrap();
+        assert_eq!(
+            (a[REVISION].as_str(), a[REVISION_HISTORY].as_str()),
+            ("5", "1,3")
+        );
+        old.metadata.annotations = Some(a);
+        assert_eq!(revised_annotations(&d, &old, 4), None);
     }
 }

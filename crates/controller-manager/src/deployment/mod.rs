@@ -197,20 +197,38 @@ impl DeploymentController {
             return self.sync_status(&d, &refs, new_rs.as_ref(), None).await;
         }
         let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
-        let active: Vec<&ReplicaSet> = refs
-            .iter()
-            .copied()
-            .filter(|rs| spec_replicas(rs) > 0)
-            .collect();
+        let active = active_sets(&refs);
         if paused || is_scaling_event(&d, &active) {
+            // Upstream's `sync`: an existing new set's revision is brought in step first (a
+            // template changed back while paused makes an old set new again); none is created.
+            let fresh = match &new_rs {
+                Some(rs) => {
+                    self.sync_new_revision(&mut d, rs.clone(), &old, false)
+                        .await?
+                }
+                None => None,
+            };
+            let swap = |rs: &ReplicaSet| -> ReplicaSet {
+                match &fresh {
+                    Some(f) if f.metadata.uid == rs.metadata.uid => f.clone(),
+                    _ => rs.clone(),
+                }
+            };
+            let sets: Vec<ReplicaSet> = refs.iter().map(|rs| swap(rs)).collect();
+            let refs: Vec<&ReplicaSet> = sets.iter().collect();
+            let active = active_sets(&refs);
+            let new_rs = fresh;
             let sizes = proportional_sizes(&d, &active, new_rs.as_ref());
             self.apply_sizes(&d, &refs, &sizes).await?;
             self.annotate_all(&d, &refs).await?;
-            return self.sync_status(&d, &refs, new_rs.as_ref(), None).await;
+            let revised = revision_annotation(&d).filter(|r| start_revision.as_ref() != Some(r));
+            return self
+                .sync_status(&d, &refs, new_rs.as_ref(), revised.as_deref())
+                .await;
         }
 
         let new_rs = match new_rs {
-            Some(rs) => self.sync_new_revision(&mut d, rs, &old).await?,
+            Some(rs) => self.sync_new_revision(&mut d, rs, &old, true).await?,
             None if is_recreate(&d)
                 && old.iter().any(|rs| pod_count(rs) > 0 || self.has_pods(rs)) =>
             {
@@ -297,16 +315,21 @@ impl DeploymentController {
     }
 
     /// Bumps the reused set's revision (how `rollout undo` works) and keeps its annotations and
-    /// minReadySeconds in step.
+    /// minReadySeconds in step; its replica annotations too unless `replica_annotations` is
+    /// false (a paused or scaling sync, whose sizes write them). The set as it now is.
     async fn sync_new_revision(
         &self,
         d: &mut Deployment,
         rs: ReplicaSet,
         old: &[&ReplicaSet],
+        replica_annotations: bool,
     ) -> Result<Option<ReplicaSet>, Error> {
         let new_revision = max_revision(old) + 1;
         let mrs = d.spec.as_ref().and_then(|s| s.min_ready_seconds);
-        let ann = set_annotations(d, &rs, new_revision, true);
+        let ann = match replica_annotations {
+            true => set_annotations(d, &rs, new_revision, true),
+            false => revised_annotations(d, &rs, new_revision),
+        };
         let mrs_changed = rs.spec.as_ref().and_then(|s| s.min_ready_seconds) != mrs;
         let mut rs = rs;
         if ann.is_some() || mrs_changed {

@@ -470,10 +470,57 @@ async fn rolling_update_holds_its_bounds_and_rollback_reuses_the_old_replicaset(
         .find(|s| s.metadata.name.as_deref() == Some(&first))
         .unwrap();
     assert_eq!(reused.spec.as_ref().unwrap().replicas, Some(4));
+    let ann = reused.metadata.annotations.clone().unwrap();
+    assert_eq!(ann["deployment.kubernetes.io/revision"], "3");
+    assert_eq!(ann["deployment.kubernetes.io/revision-history"], "1");
+
+    // Paused, the template goes back again: nothing rolls out, but the set that matches it is
+    // the new one at once, as revision 4 (upstream's paused sync), and the Deployment says so.
+    deploys
+        .patch("r", &Patch::Merge(json!({"spec": {"paused": true}})))
+        .await
+        .unwrap();
+    deploys
+        .patch("r", &set_image("nginx:1.16.1"))
+        .await
+        .unwrap();
+    let second = sets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() != Some(&first))
+        .unwrap()
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let (revised, d) = wait_for("revision 4 while paused", T, || async {
+        let rs = rs_api.get(&second).await.ok()?;
+        let d = deploys.get("r").await.ok()?;
+        let rev = |a: &Option<std::collections::BTreeMap<String, String>>| {
+            a.as_ref()?
+                .get("deployment.kubernetes.io/revision")
+                .cloned()
+        };
+        (rev(&rs.metadata.annotations).as_deref() == Some("4")
+            && rev(&d.metadata.annotations).as_deref() == Some("4"))
+        .then_some((rs, d))
+    })
+    .await;
     assert_eq!(
-        reused.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"],
-        "3"
+        revised.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision-history"],
+        "2"
     );
+    assert_eq!(
+        revised.spec.as_ref().unwrap().replicas,
+        Some(0),
+        "paused: no rollout"
+    );
+    assert_eq!(
+        d.metadata.generation,
+        Some(5),
+        "four spec changes; the controller's revision write is not one"
+    );
+    let kept = rs_api.get(&first).await.unwrap();
+    assert_eq!(kept.spec.as_ref().unwrap().replicas, Some(4));
     watcher.abort();
     let v = violations.lock().unwrap();
     assert!(v.is_empty(), "rollout bounds violated: {v:?}");
