@@ -3,8 +3,8 @@
 
 use tokio::io::AsyncReadExt;
 
-/// The next request's body (after its head, as long as its Content-Length says), or `None` if
-/// the connection ends first.
+/// The next request's body (after its head, as long as its Content-Length says; chunked
+/// bodies are not read), or `None` if the connection ends first.
 pub async fn read_body(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 16384];
@@ -14,11 +14,10 @@ pub async fn read_body(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
             return None;
         }
         got.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&got);
-        let Some(end) = text.find("\r\n\r\n") else {
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
             continue;
         };
-        let len = text[..end]
+        let len = String::from_utf8_lossy(&got[..end])
             .lines()
             .find_map(|l| {
                 l.to_ascii_lowercase()

@@ -22,8 +22,8 @@ struct State<T> {
     dirty: HashSet<T>,
     processing: HashSet<T>,
     failures: HashMap<T, u32>,
-    /// When each item waiting in `add_after` is due (the earliest asked for).
-    waiting: HashMap<T, tokio::time::Instant>,
+    /// When each item waiting in `add_after` is due (the earliest asked for), and its timer.
+    waiting: HashMap<T, (tokio::time::Instant, tokio::task::AbortHandle)>,
     shutting_down: bool,
 }
 
@@ -78,29 +78,34 @@ impl<T: Clone + Eq + Hash + Send + 'static> WorkQueue<T> {
         if delay.is_zero() {
             return self.add(item);
         }
-        let due = tokio::time::Instant::now() + delay;
-        {
-            let mut s = self.state.lock().unwrap();
-            if s.waiting.get(&item).is_some_and(|d| *d <= due) {
-                return; // an earlier wait adds it
-            }
-            s.waiting.insert(item.clone(), due);
+        let now = tokio::time::Instant::now();
+        // A delay too long to add is as good as never (the backoff caps at 1000 s anyway).
+        let due = now
+            .checked_add(delay)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
+        let mut s = self.state.lock().unwrap();
+        if s.shutting_down || s.waiting.get(&item).is_some_and(|(d, _)| *d <= due) {
+            return; // an earlier wait adds it
         }
         let q = self.clone();
-        tokio::spawn(async move {
+        let it = item.clone();
+        let timer = tokio::spawn(async move {
             tokio::time::sleep_until(due).await;
             let mine = {
                 let mut s = q.state.lock().unwrap();
-                let mine = s.waiting.get(&item) == Some(&due);
+                let mine = s.waiting.get(&it).is_some_and(|(d, _)| *d == due);
                 if mine {
-                    s.waiting.remove(&item);
+                    s.waiting.remove(&it);
                 }
                 mine
             };
             if mine {
-                q.add(item);
+                q.add(it);
             }
         });
+        if let Some((_, replaced)) = s.waiting.insert(item, (due, timer.abort_handle())) {
+            replaced.abort();
+        }
     }
 
     /// The delay `add_rate_limited` would use now (and counts the failure).
@@ -183,7 +188,12 @@ impl<T: Clone + Eq + Hash + Send + 'static> WorkQueue<T> {
     }
 
     pub fn shutdown(&self) {
-        self.state.lock().unwrap().shutting_down = true;
+        let mut s = self.state.lock().unwrap();
+        s.shutting_down = true;
+        for (_, (_, timer)) in s.waiting.drain() {
+            timer.abort();
+        }
+        drop(s);
         self.notify.notify_waiters();
         self.notify.notify_one();
     }

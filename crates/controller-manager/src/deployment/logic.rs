@@ -412,12 +412,10 @@ fn revise(d: &Deployment, a: &mut BTreeMap<String, String>, new_revision: i64) {
         }
     }
     let old = a.get(REVISION).cloned();
-    if old
-        .as_deref()
-        .and_then(|r| r.parse::<i64>().ok())
-        .unwrap_or(0)
-        >= new_revision
-    {
+    let Ok(old_revision) = old.as_deref().map_or(Ok(0), str::parse::<i64>) else {
+        return; // not a number: left as it is, as upstream's
+    };
+    if old_revision >= new_revision {
         return;
     }
     a.insert(REVISION.into(), new_revision.to_string());
@@ -986,5 +984,22 @@ mod tests {
         );
         old.metadata.annotations = Some(a);
         assert_eq!(revised_annotations(&d, &old, 4), None);
+        // A history at its limit drops its oldest revisions to take the next one.
+        let long: Vec<String> = (1000..1400).map(|r| r.to_string()).collect();
+        let mut full = old.metadata.annotations.clone().unwrap();
+        full.insert(REVISION_HISTORY.into(), long.join(","));
+        full.insert(REVISION.into(), "1400".into());
+        old.metadata.annotations = Some(full);
+        let a = revised_annotations(&d, &old, 1401).unwrap();
+        let h = &a[REVISION_HISTORY];
+        assert!(h.len() <= 2000 && h.ends_with(",1399,1400"), "{}", h.len());
+        assert!(!h.starts_with("1000,"), "the oldest went first");
+        // Not a number: left alone.
+        old.metadata.annotations =
+            Some(BTreeMap::from([(REVISION.to_string(), "abc".to_string())]));
+        assert_eq!(
+            revised_annotations(&deploy(2, json!(1), json!(0)), &old, 7),
+            None
+        );
     }
 }
