@@ -742,7 +742,7 @@ mod tests {
                 let Ok((mut conn, _)) = listener.accept().await else {
                     return;
                 };
-                let _ = crate::testserver::read_body(&mut conn).await;
+                let _ = crate::testserver::read_request(&mut conn).await;
                 seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _ = conn.write_all(answer.as_bytes()).await;
             }

@@ -79,6 +79,7 @@ impl Recorder {
                 host: host.map(str::to_string),
             },
             seen: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
         };
         tokio::spawn(sender.run(rx, shutdown));
         Recorder {
@@ -199,9 +200,18 @@ type Key = (
 struct Sender {
     client: Client,
     source: EventSource,
-    /// aggregation key → (event namespace, event name, count)
-    seen: Mutex<HashMap<Key, (String, String, i32)>>,
+    /// aggregation key → (event namespace, event name, count, last timestamp)
+    seen: Mutex<HashMap<Key, Seen>>,
+    /// One lock per aggregation key: one key's events are written one after another, so an
+    /// aggregated Event's count and lastTimestamp are read and written under it (upstream's
+    /// correlator updates them under its lock).
+    keys: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+type Seen = (String, String, i32, Time);
+
+/// Aggregation state kept (`seen`, `keys`) before it is cleared.
+const KEYS_KEPT: usize = 4096;
 
 /// Events written at once: enough for a scheduler binding thousands of pods a second.
 const IN_FLIGHT: usize = 32;
@@ -245,6 +255,14 @@ impl Sender {
             p.message.clone(),
             p.component.clone(),
         );
+        let lock = {
+            let mut keys = self.keys.lock().unwrap();
+            if keys.len() >= KEYS_KEPT {
+                keys.retain(|_, l| Arc::strong_count(l) > 1); // keep those in use
+            }
+            keys.entry(key.clone()).or_default().clone()
+        };
+        let _one_at_a_time = lock.lock().await;
         let now = p.at;
         let source = EventSource {
             component: Some(p.component.to_string()),
@@ -256,8 +274,11 @@ impl Sender {
         };
         let api: Api<Event> = Api::namespaced(&self.client, &ns);
         let known = self.seen.lock().unwrap().get(&key).cloned();
-        if let Some((ens, name, count)) = known {
-            let patch = json!({"count": count + 1, "lastTimestamp": Time(now)});
+        if let Some((ens, name, count, last)) = known {
+            // Recorded earlier than the last one written (two senders raced to the lock): the
+            // count goes up, the time does not go back.
+            let last = Time(now).max(last);
+            let patch = json!({"count": count + 1, "lastTimestamp": last});
             match Api::<Event>::namespaced(&self.client, &ens)
                 .patch(&name, &Patch::Merge(patch))
                 .await
@@ -266,7 +287,7 @@ impl Sender {
                     self.seen
                         .lock()
                         .unwrap()
-                        .insert(key, (ens, name, count + 1));
+                        .insert(key, (ens, name, count + 1, last));
                     return Ok(());
                 }
                 Err(e) if e.is_not_found() => {
@@ -301,10 +322,10 @@ impl Sender {
         };
         api.create(&ev).await?;
         let mut seen = self.seen.lock().unwrap();
-        if seen.len() >= 4096 {
+        if seen.len() >= KEYS_KEPT {
             seen.clear();
         }
-        seen.insert(key, (ns, name, 1));
+        seen.insert(key, (ns, name, 1, Time(now)));
         Ok(())
     }
 }
@@ -314,11 +335,12 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    /// A server that answers nothing until `gate` opens, then echoes every request's body
-    /// with 201, keeping the bodies.
+    /// A server that answers nothing until `gate` opens, then takes every request (method and
+    /// JSON body, in the order they arrive): a create is echoed with 201, anything else gets
+    /// a bare Event.
     async fn gated_echo(
         gate: Arc<tokio::sync::Notify>,
-    ) -> (String, mpsc::UnboundedReceiver<Event>) {
+    ) -> (String, mpsc::UnboundedReceiver<(String, serde_json::Value)>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = mpsc::unbounded_channel();
@@ -327,22 +349,67 @@ mod tests {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let tx = tx.clone();
                 tokio::spawn(async move {
-                    let Some(body) = crate::testserver::read_body(&mut conn).await else {
+                    let Some((head, body)) = crate::testserver::read_request(&mut conn).await
+                    else {
                         return;
                     };
-                    if let Ok(ev) = serde_json::from_slice::<Event>(&body) {
-                        let _ = tx.send(ev);
-                    }
+                    let method = head.split(' ').next().unwrap_or_default().to_string();
+                    let answer = match method.as_str() {
+                        "POST" => body.clone(),
+                        _ => br#"{"metadata": {"name": "e"}, "involvedObject": {}}"#.to_vec(),
+                    };
+                    let _ = tx.send((method, serde_json::from_slice(&body).unwrap_or_default()));
                     let head = format!(
                         "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
+                        answer.len()
                     );
                     let _ = conn.write_all(head.as_bytes()).await;
-                    let _ = conn.write_all(&body).await;
+                    let _ = conn.write_all(&answer).await;
                 });
             }
         });
         (base, rx)
+    }
+
+    async fn next(
+        written: &mut mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+    ) -> (String, serde_json::Value) {
+        tokio::time::timeout(std::time::Duration::from_secs(30), written.recv())
+            .await
+            .expect("written in time")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_events_repeats_are_one_event_counted_in_order() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let (base, mut written) = gated_echo(gate.clone()).await;
+        let stop = CancellationToken::new();
+        let rec = Recorder::new(&Client::for_server(&base), "test", None, stop.clone());
+        let obj = ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("a".into()),
+            name: Some("p".into()),
+            ..Default::default()
+        };
+        for _ in 0..5 {
+            rec.warning(obj.clone(), "BackOff", "restarting".into());
+        }
+        gate.notify_one();
+        let (method, created) = next(&mut written).await;
+        assert_eq!(method, "POST", "one Event created, the rest counted on it");
+        let mut last = created["lastTimestamp"].as_str().unwrap().to_string();
+        for n in 2..=5 {
+            let (method, patch) = next(&mut written).await;
+            assert_eq!(
+                (method.as_str(), patch["count"].as_i64()),
+                ("PATCH", Some(n))
+            );
+            let at = patch["lastTimestamp"].as_str().unwrap().to_string();
+            assert!(at >= last, "lastTimestamp went back: {at} after {last}");
+            last = at;
+        }
+        stop.cancel();
     }
 
     #[tokio::test]
@@ -368,10 +435,8 @@ mod tests {
         let recorded = crate::now();
         gate.notify_one();
         for _ in 0..n {
-            let ev = tokio::time::timeout(std::time::Duration::from_secs(30), written.recv())
-                .await
-                .expect("every event written")
-                .unwrap();
+            let (_, ev) = next(&mut written).await;
+            let ev: Event = serde_json::from_value(ev).unwrap();
             let name = ev.metadata.name.unwrap();
             let nanos = i64::from_str_radix(name.rsplit('.').next().unwrap(), 16).unwrap();
             let stamped = k8s_openapi::chrono::DateTime::from_timestamp_nanos(nanos);

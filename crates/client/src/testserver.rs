@@ -3,9 +3,9 @@
 
 use tokio::io::AsyncReadExt;
 
-/// The next request's body (after its head, as long as its Content-Length says; chunked
-/// bodies are not read), or `None` if the connection ends first.
-pub async fn read_body(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+/// The next request's head and body (as long as its Content-Length says; chunked bodies are
+/// not read), or `None` if the connection ends first.
+pub async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 16384];
     loop {
@@ -17,7 +17,8 @@ pub async fn read_body(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
         let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
             continue;
         };
-        let len = String::from_utf8_lossy(&got[..end])
+        let head = String::from_utf8_lossy(&got[..end]).to_string();
+        let len = head
             .lines()
             .find_map(|l| {
                 l.to_ascii_lowercase()
@@ -26,7 +27,7 @@ pub async fn read_body(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
             })
             .unwrap_or(0);
         if got.len() >= end + 4 + len {
-            return Some(got[end + 4..end + 4 + len].to_vec());
+            return Some((head, got[end + 4..end + 4 + len].to_vec()));
         }
     }
 }
