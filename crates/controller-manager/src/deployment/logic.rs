@@ -438,7 +438,9 @@ fn revise(d: &Deployment, a: &mut BTreeMap<String, String>, new_revision: i64) {
     }
 }
 
-/// Old sets to delete beyond `revisionHistoryLimit`: empty, settled, oldest revisions first.
+/// Old sets to delete beyond `revisionHistoryLimit` (upstream's `cleanupDeployment`): of the
+/// sets not being deleted, as many as exceed the limit, oldest revisions first — each only if
+/// it is empty and settled (one that is not is skipped, not replaced by a newer one).
 pub fn history_to_delete(d: &Deployment, old: &[&ReplicaSet]) -> Vec<String> {
     let limit = d
         .spec
@@ -446,23 +448,22 @@ pub fn history_to_delete(d: &Deployment, old: &[&ReplicaSet]) -> Vec<String> {
         .and_then(|s| s.revision_history_limit)
         .unwrap_or(10)
         .max(0) as usize;
-    let mut cleanable: Vec<&ReplicaSet> = old
+    let mut alive: Vec<&ReplicaSet> = old
         .iter()
         .copied()
+        .filter(|rs| rs.metadata.deletion_timestamp.is_none())
+        .collect();
+    let Some(over) = alive.len().checked_sub(limit).filter(|n| *n > 0) else {
+        return Vec::new();
+    };
+    alive.sort_by_key(|rs| revision(rs));
+    alive[..over]
+        .iter()
         .filter(|rs| {
             spec_replicas(rs) == 0
                 && status_replicas(rs) == 0
-                && rs.metadata.deletion_timestamp.is_none()
-                && rs.status.as_ref().and_then(|s| s.observed_generation) == rs.metadata.generation
+                && rs.status.as_ref().and_then(|s| s.observed_generation) >= rs.metadata.generation
         })
-        .collect();
-    if cleanable.len() <= limit {
-        return Vec::new();
-    }
-    cleanable.sort_by_key(|rs| revision(rs));
-    let n = cleanable.len() - limit;
-    cleanable[..n]
-        .iter()
         .map(|rs| rs.metadata.name.clone().unwrap_or_default())
         .collect()
 }
@@ -857,6 +858,17 @@ mod tests {
         }
         let refs: Vec<&ReplicaSet> = sets.iter().collect();
         assert_eq!(history_to_delete(&d, &refs), ["r1", "r2"]);
+        // Upstream counts every old set toward the limit and skips one still holding pods:
+        // r2 is over the limit with pods, r1 goes; with r1 holding pods instead, nothing goes.
+        sets[1].spec.as_mut().unwrap().replicas = Some(3);
+        let refs: Vec<&ReplicaSet> = sets.iter().collect();
+        assert_eq!(history_to_delete(&d, &refs), ["r1"]);
+        let mut d0 = d.clone();
+        d0.spec.as_mut().unwrap().revision_history_limit = Some(2);
+        sets[1].spec.as_mut().unwrap().replicas = Some(0);
+        sets[0].spec.as_mut().unwrap().replicas = Some(3);
+        let refs: Vec<&ReplicaSet> = sets.iter().collect();
+        assert!(history_to_delete(&d0, &refs).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use rkube_client::events::object_ref;
-use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::informer::{index, key_of, Change};
 use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -162,7 +162,6 @@ impl DeploymentController {
         };
         let mut d = (*d).clone();
         let start_revision = revision_annotation(&d);
-        let (ns, _) = split_key(key);
         if selector(d.spec.as_ref().map(|s| &s.selector)).is_none() {
             self.recorder.warning(
                 object_ref(&d),
@@ -221,6 +220,9 @@ impl DeploymentController {
             let sizes = proportional_sizes(&d, &active, new_rs.as_ref());
             self.apply_sizes(&d, &refs, &sizes).await?;
             self.annotate_all(&d, &refs).await?;
+            if paused {
+                self.cleanup_history(&d, &old).await?; // as upstream's paused sync
+            }
             let revised = revision_annotation(&d).filter(|r| start_revision.as_ref() != Some(r));
             return self
                 .sync_status(&d, &refs, new_rs.as_ref(), revised.as_deref())
@@ -286,16 +288,23 @@ impl DeploymentController {
         }
         let status = calculate_status(&d, &all, Some(&new_rs), rkube_client::now());
         if is_complete(&d, &status) {
-            for n in history_to_delete(&d, &old) {
-                let rs = old
-                    .iter()
-                    .find(|rs| rs.metadata.name.as_deref() == Some(&n))
-                    .expect("listed");
-                let dp = DeleteParams::with_uid(rs.metadata.uid.as_deref().unwrap_or_default());
-                ignore_gone(self.rs_api(ns).delete(&n, &dp).await)?;
-            }
+            self.cleanup_history(&d, &old).await?;
         }
         self.sync_status(&d, &all, Some(&new_rs), revised).await
+    }
+
+    /// Deletes the old sets beyond the revision history limit.
+    async fn cleanup_history(&self, d: &Deployment, old: &[&ReplicaSet]) -> Result<(), Error> {
+        let ns = d.metadata.namespace.as_deref().unwrap_or_default();
+        for n in history_to_delete(d, old) {
+            let rs = old
+                .iter()
+                .find(|rs| rs.metadata.name.as_deref() == Some(&n))
+                .expect("listed");
+            let dp = DeleteParams::with_uid(rs.metadata.uid.as_deref().unwrap_or_default());
+            ignore_gone(self.rs_api(ns).delete(&n, &dp).await)?;
+        }
+        Ok(())
     }
 
     fn has_pods(&self, rs: &ReplicaSet) -> bool {

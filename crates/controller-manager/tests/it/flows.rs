@@ -526,6 +526,75 @@ async fn rolling_update_holds_its_bounds_and_rollback_reuses_the_old_replicaset(
     assert!(v.is_empty(), "rollout bounds violated: {v:?}");
 }
 
+/// Upstream's paused sync still deletes old sets beyond `revisionHistoryLimit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_deployment_still_trims_its_history() {
+    let env = Env::start().await;
+    let (_cm, _) = env.start_cm(env.cm_config()).await;
+    let _kubelet = env.fake_kubelet("default");
+    let deploys: Api<Deployment> = Api::namespaced(&env.client, "default");
+    let rs_api: Api<ReplicaSet> = Api::namespaced(&env.client, "default");
+    deploys
+        .create(&deployment("h", 1, "nginx:1", 1, 0))
+        .await
+        .unwrap();
+    // Three templates rolled out one after another: two old sets, scaled to zero.
+    for (image, sets) in [("nginx:2", 2), ("nginx:3", 3)] {
+        deploys
+            .patch(
+                "h",
+                &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "c", "image": image}]}}}})),
+            )
+            .await
+            .unwrap();
+        wait_for(&format!("{image} rolled out"), T, || async {
+            let d = deploys.get("h").await.ok()?;
+            let s = d.status?;
+            let all = rs_api.list(&ListParams::default()).await.ok()?.items;
+            let emptied = all
+                .iter()
+                .filter(|rs| rs.spec.as_ref().and_then(|s| s.replicas) == Some(0))
+                .filter(|rs| rs.status.as_ref().is_some_and(|s| s.replicas == 0))
+                .count();
+            (s.observed_generation == d.metadata.generation
+                && s.updated_replicas == Some(1)
+                && s.replicas == Some(1)
+                && s.available_replicas == Some(1)
+                && all.len() == sets
+                && emptied == sets - 1)
+                .then_some(())
+        })
+        .await;
+    }
+    deploys
+        .patch("h", &Patch::Merge(json!({"spec": {"paused": true}})))
+        .await
+        .unwrap();
+    deploys
+        .patch(
+            "h",
+            &Patch::Merge(json!({"spec": {"revisionHistoryLimit": 0}})),
+        )
+        .await
+        .unwrap();
+    let left = wait_for("the old sets deleted while paused", T, || async {
+        let all = rs_api.list(&ListParams::default()).await.ok()?.items;
+        let live: Vec<ReplicaSet> = all
+            .into_iter()
+            .filter(|rs| rs.metadata.deletion_timestamp.is_none())
+            .collect();
+        (live.len() == 1).then_some(live)
+    })
+    .await;
+    let image = left[0].spec.as_ref().unwrap().template.as_ref().unwrap();
+    assert_eq!(
+        image.spec.as_ref().unwrap().containers[0].image.as_deref(),
+        Some("nginx:3"),
+        "the current set stays"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cascading_deletion_background_foreground_and_orphan() {
     let env = Env::start().await;
