@@ -79,7 +79,6 @@ impl Recorder {
                 host: host.map(str::to_string),
             },
             seen: Mutex::new(HashMap::new()),
-            keys: Mutex::new(HashMap::new()),
         };
         tokio::spawn(sender.run(rx, shutdown));
         Recorder {
@@ -200,17 +199,15 @@ type Key = (
 struct Sender {
     client: Client,
     source: EventSource,
-    /// aggregation key → (event namespace, event name, count, last timestamp)
-    seen: Mutex<HashMap<Key, Seen>>,
-    /// One lock per aggregation key: one key's events are written one after another, so an
-    /// aggregated Event's count and lastTimestamp are read and written under it (upstream's
-    /// correlator updates them under its lock).
-    keys: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    /// Aggregation key → the Event written for it (namespace, name, count, last timestamp),
+    /// behind a lock per key: one key's events are written one after another, their count and
+    /// lastTimestamp read and written under it (upstream's correlator updates under its lock).
+    seen: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Option<Seen>>>>>,
 }
 
 type Seen = (String, String, i32, Time);
 
-/// Aggregation state kept (`seen`, `keys`) before it is cleared.
+/// Keys kept in `seen`; beyond it, those not being written are forgotten.
 const KEYS_KEPT: usize = 4096;
 
 /// Events written at once: enough for a scheduler binding thousands of pods a second.
@@ -255,14 +252,14 @@ impl Sender {
             p.message.clone(),
             p.component.clone(),
         );
-        let lock = {
-            let mut keys = self.keys.lock().unwrap();
-            if keys.len() >= KEYS_KEPT {
-                keys.retain(|_, l| Arc::strong_count(l) > 1); // keep those in use
+        let entry = {
+            let mut seen = self.seen.lock().unwrap();
+            if seen.len() >= KEYS_KEPT {
+                seen.retain(|_, e| Arc::strong_count(e) > 1); // keep those in use
             }
-            keys.entry(key.clone()).or_default().clone()
+            seen.entry(key).or_default().clone()
         };
-        let _one_at_a_time = lock.lock().await;
+        let mut known = entry.lock().await;
         let now = p.at;
         let source = EventSource {
             component: Some(p.component.to_string()),
@@ -273,8 +270,7 @@ impl Sender {
                 .or_else(|| self.source.host.clone()),
         };
         let api: Api<Event> = Api::namespaced(&self.client, &ns);
-        let known = self.seen.lock().unwrap().get(&key).cloned();
-        if let Some((ens, name, count, last)) = known {
+        if let Some((ens, name, count, last)) = known.clone() {
             // Recorded earlier than the last one written (two senders raced to the lock): the
             // count goes up, the time does not go back.
             let last = Time(now).max(last);
@@ -284,15 +280,10 @@ impl Sender {
                 .await
             {
                 Ok(_) => {
-                    self.seen
-                        .lock()
-                        .unwrap()
-                        .insert(key, (ens, name, count + 1, last));
+                    *known = Some((ens, name, count + 1, last));
                     return Ok(());
                 }
-                Err(e) if e.is_not_found() => {
-                    self.seen.lock().unwrap().remove(&key);
-                }
+                Err(e) if e.is_not_found() => *known = None,
                 Err(e) => return Err(e),
             }
         }
@@ -321,11 +312,7 @@ impl Sender {
             ..Default::default()
         };
         api.create(&ev).await?;
-        let mut seen = self.seen.lock().unwrap();
-        if seen.len() >= KEYS_KEPT {
-            seen.clear();
-        }
-        seen.insert(key, (ns, name, 1, Time(now)));
+        *known = Some((ns, name, 1, Time(now)));
         Ok(())
     }
 }

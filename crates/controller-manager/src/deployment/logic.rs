@@ -14,6 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::chrono::{DateTime, Utc};
 
+use crate::replicaset::logic::REPLICA_FAILURE;
+
 pub const HASH_LABEL: &str = "pod-template-hash";
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
@@ -430,12 +432,12 @@ fn revise(d: &Deployment, a: &mut BTreeMap<String, String>, new_revision: i64) {
         })
         .unwrap_or_default();
     kept.push(old);
-    while kept.len() > 1 && kept.join(",").len() > REVISION_HISTORY_CHARS {
-        kept.remove(0);
+    let mut joined = kept.join(",");
+    while joined.len() > REVISION_HISTORY_CHARS {
+        kept.remove(0); // the last one (a parsed i64) always fits
+        joined = kept.join(",");
     }
-    if kept.join(",").len() <= REVISION_HISTORY_CHARS {
-        a.insert(REVISION_HISTORY.into(), kept.join(","));
-    }
+    a.insert(REVISION_HISTORY.into(), joined);
 }
 
 /// Old sets to delete beyond `revisionHistoryLimit` (upstream's `cleanupDeployment`): of the
@@ -684,40 +686,34 @@ pub fn replica_failure(s: &mut DeploymentStatus, all: &[&ReplicaSet], new_rs: Op
             .conditions
             .as_ref()?
             .iter()
-            .find(|c| c.type_ == "ReplicaFailure")
+            .find(|c| c.type_ == REPLICA_FAILURE)
             .cloned()
     };
     let found = new_rs
         .and_then(failure)
         .or_else(|| all.iter().find_map(|rs| failure(rs)));
     let conds = s.conditions.get_or_insert_with(Vec::new);
-    let current = conds.iter().position(|c| c.type_ == "ReplicaFailure");
+    let current = conds.iter().position(|c| c.type_ == REPLICA_FAILURE);
     match (found, current) {
+        (None, None) => {}
         (None, Some(i)) => {
             conds.remove(i);
         }
-        (None, None) => {}
+        (Some(f), Some(i)) if conds[i].status == f.status && conds[i].reason == f.reason => {}
         (Some(f), current) => {
-            let had = current.map(|i| conds.remove(i));
-            if let Some(c) = had
-                .as_ref()
-                .filter(|c| c.status == f.status && c.reason == f.reason)
-            {
-                conds.push(c.clone());
-            } else {
-                let since = had
-                    .filter(|c| c.status == f.status)
-                    .and_then(|c| c.last_transition_time)
-                    .or_else(|| f.last_transition_time.clone());
-                conds.push(DeploymentCondition {
-                    type_: f.type_,
-                    status: f.status,
-                    reason: f.reason,
-                    message: f.message,
-                    last_update_time: f.last_transition_time,
-                    last_transition_time: since,
-                });
-            }
+            let since = current
+                .map(|i| conds.remove(i))
+                .filter(|c| c.status == f.status)
+                .and_then(|c| c.last_transition_time)
+                .or_else(|| f.last_transition_time.clone());
+            conds.push(DeploymentCondition {
+                type_: f.type_,
+                status: f.status,
+                reason: f.reason,
+                message: f.message,
+                last_update_time: f.last_transition_time,
+                last_transition_time: since,
+            });
         }
     }
     if conds.is_empty() {
