@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PodSpec};
+use k8s_openapi::api::core::v1::{Affinity, NodeSelectorRequirement, NodeSelectorTerm};
 
 fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
     let values = r.values.as_deref().unwrap_or(&[]);
@@ -46,17 +46,20 @@ pub fn term_matches(t: &NodeSelectorTerm, labels: &BTreeMap<String, String>, nam
             .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(name)))
 }
 
-/// The node (its labels and name) meets the pod's `nodeSelector` and its required node
+/// The node (its labels and name) meets a pod's `nodeSelector` and its required node
 /// affinity (any term).
-pub fn required_matches(spec: &PodSpec, labels: &BTreeMap<String, String>, name: &str) -> bool {
-    if let Some(sel) = &spec.node_selector {
+pub fn required_matches(
+    node_selector: Option<&BTreeMap<String, String>>,
+    affinity: Option<&Affinity>,
+    labels: &BTreeMap<String, String>,
+    name: &str,
+) -> bool {
+    if let Some(sel) = node_selector {
         if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) {
             return false;
         }
     }
-    let required = spec
-        .affinity
-        .as_ref()
+    let required = affinity
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|a| {
             a.required_during_scheduling_ignored_during_execution

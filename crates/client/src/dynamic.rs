@@ -169,30 +169,14 @@ pub struct PartialObjectMeta {
     pub metadata: ObjectMeta,
 }
 
-impl k8s_openapi::Resource for PartialObjectMeta {
-    const API_VERSION: &'static str = "meta.k8s.io/v1";
-    const GROUP: &'static str = "meta.k8s.io";
-    const KIND: &'static str = "PartialObjectMetadata";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "";
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::ListableResource for PartialObjectMeta {
-    const LIST_KIND: &'static str = "PartialObjectMetadataList";
-}
-
-impl k8s_openapi::Metadata for PartialObjectMeta {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+impl_resource!(
+    PartialObjectMeta,
+    "meta.k8s.io",
+    "v1",
+    "PartialObjectMetadata",
+    "",
+    ClusterResourceScope
+);
 
 #[cfg(test)]
 mod tests {

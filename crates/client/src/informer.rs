@@ -335,7 +335,7 @@ pub mod index {
         }
     }
 
-    pub fn pod_node_name(p: &k8s_openapi::api::core::v1::Pod) -> Vec<String> {
+    pub fn pod_node_name(p: &crate::pod::Pod) -> Vec<String> {
         p.spec
             .as_ref()
             .and_then(|s| s.node_name.clone())
@@ -347,7 +347,7 @@ pub mod index {
 
 /// Transforms for `Store::set_transform`.
 pub mod transform {
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::pod::Pod;
 
     /// What the components cache of a pod: without the ServiceAccount admission's projected
     /// token volume (`kube-api-access-*`) and its mounts — every pod carries them and no
@@ -457,7 +457,7 @@ impl<K: Resource> Informer<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::pod::Pod;
     use std::sync::Mutex;
 
     fn pod(ns: &str, name: &str, rv: &str, node: &str) -> Pod {

@@ -11,7 +11,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim,
     ReplicationController, Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -20,6 +20,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use rkube_client::events::Recorder;
 use rkube_client::informer::{index, key_of};
+use rkube_client::pod::Pod;
 use rkube_client::Resource;
 
 use crate::objects::{controller_ref, labels_of, selector};

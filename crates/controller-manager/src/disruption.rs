@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, WorkQueue};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rkube_client::informer::{index, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, DeleteParams, Error, WorkQueue};
 use tokio_util::sync::CancellationToken;
 

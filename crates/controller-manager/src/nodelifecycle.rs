@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
 use rkube_client::events::object_ref;
 use rkube_client::informer::index;
+use rkube_client::pod::Pod;
 use rkube_client::{Api, DeleteParams, Error, Patch};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

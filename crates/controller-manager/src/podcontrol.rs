@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{self, ObjectReference};
 use rkube_client::events::Recorder;
 use rkube_client::informer::{key_of, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, DeleteParams, Error};
 
 use crate::expectations::Expectations;
@@ -22,7 +23,8 @@ pub struct Owner<'a> {
     pub expectations: &'a Expectations,
 }
 
-pub async fn create(owner: &Owner<'_>, api: &Api<Pod>, pods: &[Pod]) -> Result<(), Error> {
+/// Creates `pods` (k8s-openapi's full type: built from a template, not read from the cache).
+pub async fn create(owner: &Owner<'_>, api: &Api<v1::Pod>, pods: &[v1::Pod]) -> Result<(), Error> {
     owner.expectations.expect_creations(owner.key, pods.len());
     let mut failure = None;
     let mut left = pods;

@@ -8,7 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+use rkube_client::pod::Pod;
 use rkube_client::{Api, DeleteParams, Error, Patch};
 use serde_json::json;
 use tokio::time::Instant;

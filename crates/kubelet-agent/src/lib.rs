@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Taint;
 use rkube_client::events::Recorder;
 use rkube_client::informer::Change;
+use rkube_client::pod::Pod;
 use rkube_client::reflector::Options;
 use rkube_client::{Api, Client, Informer, ListParams, Stats};
 use rkube_daemon::metrics::Registry;

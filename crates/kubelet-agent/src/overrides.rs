@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use rkube_client::pod::Pod;
 
 pub const PREFIX: &str = "sim.rkube.io/";
 

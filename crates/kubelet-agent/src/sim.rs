@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Container as ContainerSpec, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
+use rkube_client::pod::{Container as ContainerSpec, Pod};
 use tokio::time::Instant;
 
 use crate::overrides::{self, Run};
@@ -335,10 +336,10 @@ impl Container {
             always_pull: spec.image_pull_policy.as_deref() == Some("Always"),
             startup_delay: spec
                 .startup_probe
-                .as_ref()
+                .as_deref()
                 .map(probe_success)
                 .map(|(delay, more)| delay + more),
-            readiness: spec.readiness_probe.as_ref().map(probe_success),
+            readiness: spec.readiness_probe.as_deref().map(probe_success),
             never_ready: o.never_ready,
             run,
             liveness_kill,

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use k8s_openapi::api::core::v1::Pod;
+use rkube_client::pod::Pod;
 use rkube_client::Store;
 
 /// Each node's pod cache, by node name, as the nodes register.

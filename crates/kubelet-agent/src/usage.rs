@@ -4,8 +4,8 @@
 //! shape of the kubelet's Summary API (`/stats/summary`), which the apiserver turns into
 //! `metrics.k8s.io` for `kubectl top` and the HPA.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::chrono::{DateTime, Utc};
+use rkube_client::pod::{Container, Pod};
 use serde_json::{json, Value};
 
 use crate::overrides;

@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ObjectReference, PodCondition, PodStatus};
 use rkube_client::events::{object_ref, Recorder};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Client, DeleteParams, Patch};
 use serde_json::json;
 use tokio::sync::watch;
@@ -228,7 +229,7 @@ impl NodeRuntime {
                 let overwritten = last_sent.is_some()
                     && !terminal
                     && resource_version(&pod) > last_rv
-                    && !agrees(pod.status.as_ref(), &status);
+                    && !agrees(pod.status.as_deref(), &status);
                 (digest_of(&status), overwritten)
             };
             if last_sent != Some(digest) || overwritten {
@@ -340,8 +341,6 @@ fn resource_version(p: &Pod) -> u64 {
         .unwrap_or(0)
 }
 
-/// Whether the API's status says what ours says where others write too: the phase and each
-/// condition's status.
 /// A hash of the status as it would be written: what the last write is remembered by.
 fn digest_of(status: &PodStatus) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -351,10 +350,11 @@ fn digest_of(status: &PodStatus) -> u64 {
     h.finish()
 }
 
-fn agrees(api: Option<&PodStatus>, ours: &PodStatus) -> bool {
-    let conditions = |s: &PodStatus| {
-        let mut c: Vec<(String, String)> = s
-            .conditions
+/// Whether the API's status (as cached) says what ours says where others write too: the
+/// phase and each condition's status.
+fn agrees(api: Option<&rkube_client::pod::PodStatus>, ours: &PodStatus) -> bool {
+    let conditions = |c: &Option<Vec<PodCondition>>| {
+        let mut c: Vec<(String, String)> = c
             .iter()
             .flatten()
             .map(|c| (c.type_.clone(), c.status.clone()))
@@ -362,7 +362,9 @@ fn agrees(api: Option<&PodStatus>, ours: &PodStatus) -> bool {
         c.sort_unstable();
         c
     };
-    api.is_some_and(|a| a.phase == ours.phase && conditions(a) == conditions(ours))
+    api.is_some_and(|a| {
+        a.phase == ours.phase && conditions(&a.conditions) == conditions(&ours.conditions)
+    })
 }
 
 #[cfg(test)]
@@ -409,8 +411,8 @@ mod tests {
         // API's status do not change.
         assert_eq!(sim.status(&cached, "127.0.0.1"), ours);
         assert_eq!(
-            agrees(cached.status.as_ref(), &ours),
-            agrees(full.status.as_ref(), &ours)
+            agrees(cached.status.as_deref(), &ours),
+            agrees(full.status.as_deref(), &ours)
         );
         assert_eq!(resource_version(&cached), 7);
     }
@@ -418,6 +420,10 @@ mod tests {
     #[test]
     fn a_status_someone_else_changed_disagrees() {
         let ours = status("Running", "True");
+        // The API's status as the agent caches it.
+        let status = |phase: &str, ready: &str| -> rkube_client::pod::PodStatus {
+            serde_json::from_value(serde_json::to_value(status(phase, ready)).unwrap()).unwrap()
+        };
         assert!(agrees(Some(&status("Running", "True")), &ours));
         assert!(
             !agrees(Some(&status("Running", "False")), &ours),

@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{Node, PodAffinityTerm};
+use rkube_client::pod::{Container, Pod};
 
 use crate::resources::{allocatable, pod_requests, Resources};
 

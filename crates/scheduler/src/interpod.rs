@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rkube_api::LabelSelector as Selector;
+use rkube_client::pod::Pod;
 
 use crate::cache::{required_terms, Cache, NodeInfo};
 use crate::plugins::{labels, Reason};
@@ -172,7 +173,14 @@ pub fn prepare(p: &Pod, cache: &Cache, selected: NamespacesOf) -> Option<State> 
             let Some(v) = l.get(&c.topology_key) else {
                 continue;
             };
-            if honor_affinity && !rkube_api::nodeaffinity::required_matches(spec, l, name) {
+            if honor_affinity
+                && !rkube_api::nodeaffinity::required_matches(
+                    spec.node_selector.as_ref(),
+                    spec.affinity.as_deref(),
+                    l,
+                    name,
+                )
+            {
                 continue;
             }
             eligible.insert(name);

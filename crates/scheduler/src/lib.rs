@@ -17,12 +17,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rand::Rng;
 use rkube_client::events::{object_ref, Recorder};
 use rkube_client::informer::{key_of, split_key, Change};
 use rkube_client::leader::{run_component, Settings};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Client, Informer, ListParams, Patch, Store};
 use rkube_daemon::health::Ready;
 use rkube_daemon::metrics::{Counter, Registry, LATENCY_BUCKETS};

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 pub use rkube_api::nodeaffinity::term_matches;
 use rkube_api::taints::tolerated;
+use rkube_client::pod::Pod;
 
 use crate::cache::{host_ports, NodeInfo, OwnerKey};
 use crate::resources::{pod_requests, Resources};
@@ -82,7 +83,12 @@ pub fn filter(p: &Pod, info: &NodeInfo, req: &Resources) -> Result<(), Vec<Reaso
     }
     // NodeSelector and required NodeAffinity.
     if let Some(spec) = spec {
-        if !rkube_api::nodeaffinity::required_matches(spec, labels(info), name) {
+        if !rkube_api::nodeaffinity::required_matches(
+            spec.node_selector.as_ref(),
+            spec.affinity.as_deref(),
+            labels(info),
+            name,
+        ) {
             return Err(vec![R_AFFINITY]);
         }
     }

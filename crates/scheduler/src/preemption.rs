@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use rkube_client::pod::Pod;
 
 use crate::cache::{Cache, PodEntry};
 use crate::plugins::{self, R_CPU, R_MEMORY, R_PODS, R_PORTS};

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rkube_api::quantity::{parse_milli, parse_value};
+use rkube_client::pod::{Container, Pod};
 
 /// Non-zero defaults used only for scoring pods without requests (upstream's
 /// `DefaultMilliCPURequest` and `DefaultMemoryRequest`).

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Client, Patch, Store};
 use serde_json::json;
 
@@ -43,7 +44,7 @@ pub fn pinned(
 ) -> Result<Vec<Arc<PersistentVolume>>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = Vec::new();
-    for name in rkube_api::claims::claims_of(pod) {
+    for name in pod.claims() {
         let Some(pvc) = claims_cache.get_in(ns, &name) else {
             return Err(name);
         };
@@ -62,7 +63,7 @@ pub async fn prepare(
     node: &str,
     labels: &BTreeMap<String, String>,
 ) -> Result<(), String> {
-    let names = rkube_api::claims::claims_of(pod);
+    let names = pod.claims();
     if names.is_empty() {
         return Ok(());
     }

@@ -9,10 +9,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, PodSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::chrono::{DateTime, Utc};
 use rkube_api::taints::tolerated;
+use rkube_client::pod::Pod;
 
 use crate::replicaset::logic::{is_available, is_ready};
 
@@ -55,7 +56,12 @@ pub fn should_run(spec: &PodSpec, tols: &[Toleration], node: &Node) -> (bool, bo
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let empty = Default::default();
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
-    if !rkube_api::nodeaffinity::required_matches(spec, labels, name) {
+    if !rkube_api::nodeaffinity::required_matches(
+        spec.node_selector.as_ref(),
+        spec.affinity.as_ref(),
+        labels,
+        name,
+    ) {
         return (false, false);
     }
     let taints: &[Taint] = node

@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    self, Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -142,12 +143,12 @@ impl DaemonSetController {
                 podcontrol::delete(&owner, &api, &plan.delete).await?;
             }
             if !plan.create.is_empty() {
-                let pods: Vec<Pod> = plan
+                let pods: Vec<v1::Pod> = plan
                     .create
                     .iter()
                     .map(|n| Self::pod_for(&ds, n, &hash))
                     .collect();
-                podcontrol::create(&owner, &api, &pods).await?;
+                podcontrol::create(&owner, &Api::namespaced(&self.ctx.client, ns), &pods).await?;
             }
         }
         // The update revision and every pod's stay; older ones past the limit go.
@@ -190,7 +191,7 @@ impl DaemonSetController {
 
     /// The daemon pod for `node`: the template, the daemon tolerations, bound to the node by a
     /// `metadata.name` affinity term (the scheduler still binds it).
-    fn pod_for(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
+    fn pod_for(ds: &DaemonSet, node: &str, hash: &str) -> v1::Pod {
         let spec = ds.spec.clone().unwrap_or_default();
         let tm = spec.template.metadata.unwrap_or_default();
         let mut pod_spec = spec.template.spec.unwrap_or_default();
@@ -217,7 +218,7 @@ impl DaemonSetController {
             ds.metadata.generation.unwrap_or(1).to_string(),
         );
         let name = ds.metadata.name.clone().unwrap_or_default();
-        Pod {
+        v1::Pod {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{name}-")),
                 namespace: ds.metadata.namespace.clone(),

@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rkube_client::pod::Pod;
 
 /// One pod as an endpoint.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

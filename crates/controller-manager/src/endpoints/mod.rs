@@ -9,9 +9,10 @@ pub mod logic;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Service,
 };
 use rkube_client::informer::{index, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, DeleteParams, WorkQueue};
 use tokio_util::sync::CancellationToken;
 

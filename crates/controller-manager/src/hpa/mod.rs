@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::chrono::{DateTime, Utc};
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Error, Patch, WorkQueue};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

@@ -13,9 +13,9 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::{
     Job, JobCondition, JobStatus, PodFailurePolicy, UncountedTerminatedPods,
 };
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
+use rkube_client::pod::Pod;
 
 use crate::replicaset::logic::is_ready;
 

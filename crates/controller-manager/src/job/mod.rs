@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
+use k8s_openapi::api::core::v1::{self, EnvVar, EnvVarSource, ObjectFieldSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Error, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -218,7 +219,7 @@ impl JobController {
             podcontrol::delete(&owner, &pods_api, &plan.delete).await?;
         }
         if !plan.create.is_empty() {
-            let pods: Vec<Pod> = plan
+            let pods: Vec<v1::Pod> = plan
                 .create
                 .iter()
                 .map(|i| {
@@ -226,7 +227,7 @@ impl JobController {
                     Self::pod_for(&job, *i, failures)
                 })
                 .collect();
-            podcontrol::create(&owner, &pods_api, &pods).await?;
+            podcontrol::create(&owner, &Api::namespaced(&self.ctx.client, ns), &pods).await?;
         }
         Ok(plan.requeue)
     }
@@ -261,7 +262,7 @@ impl JobController {
 
     /// A pod of `job` with completion `index` (Indexed Jobs) and the failures of that index
     /// before it (`backoffLimitPerIndex`).
-    fn pod_for(job: &Job, index: Option<i32>, failures: Option<i32>) -> Pod {
+    fn pod_for(job: &Job, index: Option<i32>, failures: Option<i32>) -> v1::Pod {
         let name = job.metadata.name.clone().unwrap_or_default();
         let template = job
             .spec
@@ -316,7 +317,7 @@ impl JobController {
             }
             None => format!("{name}-"),
         };
-        Pod {
+        v1::Pod {
             metadata: ObjectMeta {
                 generate_name: Some(generate_name),
                 namespace: job.metadata.namespace.clone(),

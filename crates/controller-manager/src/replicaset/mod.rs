@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, ReplicationController};
+use k8s_openapi::api::core::v1::{self, PodTemplateSpec, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use rkube_client::pod::Pod;
 
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
@@ -309,14 +310,14 @@ impl<K: Set> ReplicaSetController<K> {
         Ok(next.map(|s| Duration::from_secs(s as u64)))
     }
 
-    fn pod_from_template(rs: &ReplicaSet) -> Pod {
+    fn pod_from_template(rs: &ReplicaSet) -> v1::Pod {
         let template: PodTemplateSpec = rs
             .spec
             .as_ref()
             .and_then(|s| s.template.clone())
             .unwrap_or_default();
         let tm = template.metadata.unwrap_or_default();
-        Pod {
+        v1::Pod {
             metadata: ObjectMeta {
                 generate_name: Some(format!(
                     "{}-",
@@ -346,7 +347,7 @@ impl<K: Set> ReplicaSetController<K> {
         n: usize,
     ) -> Result<usize, Error> {
         let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(&self.ctx.client, ns);
+        let api: Api<v1::Pod> = Api::namespaced(&self.ctx.client, ns);
         let pod = Self::pod_from_template(rs);
         self.expectations.expect_creations(key, n);
         let mut created = 0;

@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume,
+    self, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodTemplateSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::chrono::{DateTime, Utc};
+use rkube_client::pod::Pod;
 
 use crate::history::HASH_LABEL;
 use crate::replicaset::logic::{is_available, is_ready, until_available};
@@ -347,7 +348,7 @@ pub fn claim_name(claim: &str, set: &str, ord: i32) -> String {
 
 /// Pod `ord` of `set` from `template` at `revision` (upstream's `newVersionedStatefulSetPod`):
 /// its name, hostname and subdomain, its labels, and a volume per claim template.
-pub fn pod_for(set: &StatefulSet, template: &PodTemplateSpec, revision: &str, ord: i32) -> Pod {
+pub fn pod_for(set: &StatefulSet, template: &PodTemplateSpec, revision: &str, ord: i32) -> v1::Pod {
     let set_name = set.metadata.name.clone().unwrap_or_default();
     let name = format!("{set_name}-{ord}");
     let tm = template.metadata.clone().unwrap_or_default();
@@ -372,7 +373,7 @@ pub fn pod_for(set: &StatefulSet, template: &PodTemplateSpec, revision: &str, or
         });
     }
     pod_spec.volumes = Some(volumes).filter(|v| !v.is_empty());
-    Pod {
+    v1::Pod {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: set.metadata.namespace.clone(),
@@ -559,6 +560,7 @@ mod tests {
             "r1",
             2,
         );
+        let fixed = Pod::from_k8s(&fixed);
         assert_eq!(identity_repair("web", &fixed), None);
         assert_eq!(identity_repair("other", &fixed), None);
     }

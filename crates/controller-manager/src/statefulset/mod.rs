@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{self, PersistentVolumeClaim};
 use rkube_client::events::object_ref;
 use rkube_client::informer::{index, key_of, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, DeleteParams, Error, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -135,7 +136,7 @@ impl StatefulSetController {
             self.claim_owners(&set, &pods).await?;
             self.repair(&set, &api, &pods).await;
             self.delete(key, &set, &api, &plan.delete).await?;
-            let pods: Vec<Pod> = plan
+            let pods: Vec<v1::Pod> = plan
                 .create
                 .iter()
                 .map(|&(ord, at_update)| {
@@ -149,7 +150,9 @@ impl StatefulSetController {
                     logic::pod_for(&set, &template, name, ord)
                 })
                 .collect();
-            self.create(key, &set, &api, &plan.create, pods).await?;
+            let create_api = Api::namespaced(&self.ctx.client, ns);
+            self.create(key, &set, &create_api, &plan.create, pods)
+                .await?;
         }
         self.prune(&set, &revs, &pods, &current_name, &update_name)
             .await?;
@@ -426,18 +429,18 @@ impl StatefulSetController {
         &self,
         key: &str,
         set: &StatefulSet,
-        api: &Api<Pod>,
+        api: &Api<v1::Pod>,
         ords: &[(i32, bool)],
-        pods: Vec<Pod>,
+        pods: Vec<v1::Pod>,
     ) -> Result<(), Error> {
         if pods.is_empty() {
             return Ok(());
         }
         self.expectations.expect_creations(key, pods.len());
         let mut failure = None;
-        let mut left: Vec<(i32, Pod)> = ords.iter().map(|o| o.0).zip(pods).collect();
+        let mut left: Vec<(i32, v1::Pod)> = ords.iter().map(|o| o.0).zip(pods).collect();
         for batch in crate::replicaset::logic::slow_start_batches(left.len()) {
-            let now: Vec<(i32, Pod)> = left.drain(..batch.min(left.len())).collect();
+            let now: Vec<(i32, v1::Pod)> = left.drain(..batch.min(left.len())).collect();
             let results = join_all(
                 now.iter()
                     .map(|(ord, p)| self.create_one(set, api, *ord, p)),
@@ -462,9 +465,9 @@ impl StatefulSetController {
     async fn create_one(
         &self,
         set: &StatefulSet,
-        api: &Api<Pod>,
+        api: &Api<v1::Pod>,
         ord: i32,
-        pod: &Pod,
+        pod: &v1::Pod,
     ) -> Result<(), Error> {
         let set_name = set.metadata.name.as_deref().unwrap_or_default();
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use rkube_client::informer::{index, split_key, Change};
+use rkube_client::pod::Pod;
 use rkube_client::{Api, Patch, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -61,7 +62,7 @@ impl Protection {
                 Change::Added(_) => return,
             };
             let ns = p.metadata.namespace.as_deref().unwrap_or("");
-            for claim in rkube_api::claims::claims_of(p) {
+            for claim in p.claims() {
                 q.add(format!("pvc:{ns}/{claim}"));
             }
         });
@@ -84,9 +85,7 @@ impl Protection {
                     .pods
                     .by_index(index::NAMESPACE, ns)
                     .iter()
-                    .any(|p| {
-                        !finished(p) && rkube_api::claims::claims_of(p).iter().any(|c| c == name)
-                    });
+                    .any(|p| !finished(p) && p.claims().iter().any(|c| c == name));
                 if pvc.metadata.deletion_timestamp.is_none() || in_use {
                     return Ok(None);
                 }
