@@ -48,6 +48,78 @@ fn convert<A: Serialize, B: serde::de::DeserializeOwned + Default>(a: &A) -> B {
         .unwrap_or_default()
 }
 
+/// k8s-openapi's `ResourceRequirements` with its quantities in a `Quantities` list instead of
+/// a `BTreeMap` (whose one node is 544 bytes for the two entries a container has).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Resources {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Vec<v1::ResourceClaim>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Quantities>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Quantities>,
+}
+
+/// A resource map (`cpu: 100m`, ...) as a list sorted by name, exactly sized; the same JSON
+/// as `BTreeMap<String, Quantity>`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quantities(Box<[(String, Quantity)]>);
+
+impl Quantities {
+    pub fn get(&self, name: &str) -> Option<&Quantity> {
+        let at = self
+            .0
+            .binary_search_by(|(k, _)| k.as_str().cmp(name))
+            .ok()?;
+        Some(&self.0[at].1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Quantity)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Quantities {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantities {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = Quantities;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of resource quantities")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Quantities, A::Error> {
+                let mut v: Vec<(String, Quantity)> = Vec::new();
+                while let Some(entry) = m.next_entry()? {
+                    v.push(entry);
+                }
+                // Sorted by name; a repeated name keeps its last value, as a map's would (the
+                // sort is stable, so reversed first, the last value leads its run).
+                v.reverse();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v.dedup_by(|later, kept| later.0 == kept.0);
+                Ok(Quantities(v.into_boxed_slice()))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
 /// A required field sent as `null` reads as its default, as k8s-openapi reads it: one pod
 /// written that way must not stop a component's informer from decoding the list.
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -121,7 +193,7 @@ pub struct PodSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub os: Option<Box<v1::PodOS>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub overhead: Option<BTreeMap<String, Quantity>>,
+    pub overhead: Option<Quantities>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preemption_policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -133,7 +205,7 @@ pub struct PodSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_claims: Option<Vec<v1::PodResourceClaim>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Box<v1::ResourceRequirements>>,
+    pub resources: Option<Box<Resources>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,7 +265,7 @@ pub struct Container {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resize_policy: Option<Vec<v1::ContainerResizePolicy>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<v1::ResourceRequirements>,
+    pub resources: Option<Resources>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -263,7 +335,7 @@ pub struct PodStatus {
 #[serde(default, rename_all = "camelCase")]
 pub struct ContainerStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub allocated_resources: Option<BTreeMap<String, Quantity>>,
+    pub allocated_resources: Option<Quantities>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allocated_resources_status: Option<Vec<v1::ResourceStatus>>,
     #[serde(rename = "containerID", skip_serializing_if = "Option::is_none")]
@@ -279,7 +351,7 @@ pub struct ContainerStatus {
     #[serde(deserialize_with = "null_as_default")]
     pub ready: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Box<v1::ResourceRequirements>>,
+    pub resources: Option<Box<Resources>>,
     #[serde(deserialize_with = "null_as_default")]
     pub restart_count: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -424,6 +496,29 @@ mod tests {
         let mut with_container = json!({"spec": {"containers": [{"name": null}]}});
         let cached: Pod = serde_json::from_value(with_container.take()).unwrap();
         assert_eq!(cached.spec.unwrap().containers[0].name, "");
+    }
+
+    #[test]
+    fn quantities_read_and_write_as_a_map_does() {
+        let q: Quantities =
+            serde_json::from_str(r#"{"memory": "1Gi", "cpu": "1", "cpu": "250m"}"#).unwrap();
+        assert_eq!(
+            q.get("cpu").map(|q| q.0.as_str()),
+            Some("250m"),
+            "the last value counts"
+        );
+        assert_eq!(q.get("memory").map(|q| q.0.as_str()), Some("1Gi"));
+        assert_eq!(q.get("pods"), None);
+        let names: Vec<&String> = q.iter().map(|(k, _)| k).collect();
+        assert_eq!(names, ["cpu", "memory"]);
+        let as_map: BTreeMap<String, Quantity> =
+            serde_json::from_str(r#"{"memory": "1Gi", "cpu": "250m"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_value(&q).unwrap(),
+            serde_json::to_value(as_map).unwrap()
+        );
+        assert!(serde_json::from_str::<Quantities>("[]").is_err());
+        assert!(serde_json::from_str::<Quantities>("{}").unwrap().is_empty());
     }
 
     #[test]

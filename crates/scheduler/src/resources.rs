@@ -2,12 +2,10 @@
 //! over containers, or the largest init container if larger, plus overhead; limits stand in for
 //! missing requests) and a node's allocatable.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rkube_api::quantity::{parse_milli, parse_value};
-use rkube_client::pod::{Container, Pod};
+use rkube_client::pod::{Container, Pod, Quantities};
 
 /// Non-zero defaults used only for scoring pods without requests (upstream's
 /// `DefaultMilliCPURequest` and `DefaultMemoryRequest`).
@@ -35,8 +33,8 @@ impl Resources {
     }
 }
 
-fn get(m: Option<&BTreeMap<String, Quantity>>, k: &str, milli: bool) -> Option<i64> {
-    let q = m?.get(k)?;
+fn value(q: Option<&Quantity>, milli: bool) -> Option<i64> {
+    let q = q?;
     if milli {
         parse_milli(&q.0)
     } else {
@@ -48,6 +46,7 @@ fn container(c: &Container) -> (i64, i64) {
     let r = c.resources.as_ref();
     let req = r.and_then(|r| r.requests.as_ref());
     let lim = r.and_then(|r| r.limits.as_ref());
+    let get = |m: Option<&Quantities>, name: &str, milli: bool| value(m?.get(name), milli);
     let cpu = get(req, "cpu", true)
         .or_else(|| get(lim, "cpu", true))
         .unwrap_or(0);
@@ -86,8 +85,8 @@ pub fn pod_requests(p: &Pod) -> (Resources, Resources) {
         mem = mem.max(c_mem);
     }
     let overhead = spec.overhead.as_ref();
-    cpu += get(overhead, "cpu", true).unwrap_or(0);
-    mem += get(overhead, "memory", false).unwrap_or(0);
+    cpu += value(overhead.and_then(|o| o.get("cpu")), true).unwrap_or(0);
+    mem += value(overhead.and_then(|o| o.get("memory")), false).unwrap_or(0);
     (
         Resources {
             milli_cpu: cpu,
@@ -108,10 +107,11 @@ pub fn allocatable(n: &Node) -> Resources {
     let a = st
         .and_then(|s| s.allocatable.as_ref())
         .or_else(|| st.and_then(|s| s.capacity.as_ref()));
+    let get = |name: &str, milli: bool| value(a.and_then(|a| a.get(name)), milli).unwrap_or(0);
     Resources {
-        milli_cpu: get(a, "cpu", true).unwrap_or(0),
-        memory: get(a, "memory", false).unwrap_or(0),
-        pods: get(a, "pods", false).unwrap_or(0),
+        milli_cpu: get("cpu", true),
+        memory: get("memory", false),
+        pods: get("pods", false),
     }
 }
 
