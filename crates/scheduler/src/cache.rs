@@ -22,13 +22,24 @@ pub struct PodEntry {
     pub ports: Vec<HostPort>,
     pub owner: Option<OwnerKey>,
     pub assumed: bool,
-    /// For pod (anti-)affinity and topology spreading.
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
+    /// The pod as cached (its namespace and labels, for pod (anti-)affinity, topology
+    /// spreading and disruption budgets): shared with the informer, not copied.
+    pub pod: Arc<Pod>,
     /// Being deleted: not counted by topology spreading.
     pub terminating: bool,
     /// `spec.priority`: who may preempt it.
     pub priority: i32,
+}
+
+impl PodEntry {
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.pod.metadata.labels.as_ref().unwrap_or(&NONE)
+    }
 }
 
 #[derive(Clone)]
@@ -249,7 +260,7 @@ impl Cache {
         }
     }
 
-    fn entry(p: &Pod, node: &str, assumed: bool) -> PodEntry {
+    fn entry(p: &Arc<Pod>, node: &str, assumed: bool) -> PodEntry {
         let (requested, nonzero) = pod_requests(p);
         PodEntry {
             node: node.to_string(),
@@ -258,8 +269,7 @@ impl Cache {
             ports: host_ports(p),
             owner: OwnerKey::of(p),
             assumed,
-            namespace: p.metadata.namespace.clone().unwrap_or_default(),
-            labels: p.metadata.labels.clone().unwrap_or_default(),
+            pod: p.clone(),
             terminating: p.metadata.deletion_timestamp.is_some(),
             priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
         }
@@ -295,7 +305,7 @@ impl Cache {
     }
 
     /// A pod bound to a node (from the informer); confirms an assumption.
-    pub fn add_pod(&mut self, key: &str, p: &Pod, node: &str) {
+    pub fn add_pod(&mut self, key: &str, p: &Arc<Pod>, node: &str) {
         self.assumed.remove(key);
         self.put(key, p, Self::entry(p, node, false));
     }
@@ -311,7 +321,7 @@ impl Cache {
     }
 
     /// Counts `p` on `node` before its binding is confirmed.
-    pub fn assume(&mut self, key: &str, p: &Pod, node: &str) {
+    pub fn assume(&mut self, key: &str, p: &Arc<Pod>, node: &str) {
         self.put(key, p, Self::entry(p, node, true));
         self.assumed.insert(key.to_string());
     }

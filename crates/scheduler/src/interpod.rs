@@ -188,9 +188,9 @@ pub fn prepare(p: &Pod, cache: &Cache, selected: NamespacesOf) -> Option<State> 
         }
         for e in cache.entries() {
             if e.terminating
-                || e.namespace != ns
+                || e.namespace() != ns
                 || !eligible.contains(e.node.as_str())
-                || !sel.matches(&e.labels)
+                || !sel.matches(e.labels())
             {
                 continue;
             }
@@ -227,7 +227,7 @@ pub fn prepare(p: &Pod, cache: &Cache, selected: NamespacesOf) -> Option<State> 
     if !(aff.is_empty() && anti.is_empty() && preferred.is_empty()) {
         for e in cache.entries() {
             // A pod counts for the required affinity only when it matches every term.
-            if !aff.is_empty() && aff.iter().all(|t| t.matches(&e.namespace, &e.labels)) {
+            if !aff.is_empty() && aff.iter().all(|t| t.matches(e.namespace(), e.labels())) {
                 any_affinity_match = true;
                 for (t, d) in aff.iter().zip(aff_domains.iter_mut()) {
                     if let Some(v) = node_label(&e.node, &t.key) {
@@ -236,14 +236,14 @@ pub fn prepare(p: &Pod, cache: &Cache, selected: NamespacesOf) -> Option<State> 
                 }
             }
             for (t, d) in anti.iter().zip(anti_domains.iter_mut()) {
-                if t.matches(&e.namespace, &e.labels) {
+                if t.matches(e.namespace(), e.labels()) {
                     if let Some(v) = node_label(&e.node, &t.key) {
                         d.insert(v);
                     }
                 }
             }
             for (t, d) in preferred.iter().zip(pref_domains.iter_mut()) {
-                if t.matches(&e.namespace, &e.labels) {
+                if t.matches(e.namespace(), e.labels()) {
                     if let Some(v) = node_label(&e.node, &t.key) {
                         *d.entry(v).or_insert(0) += t.weight;
                     }
@@ -264,7 +264,7 @@ pub fn prepare(p: &Pod, cache: &Cache, selected: NamespacesOf) -> Option<State> 
     // Existing pods' required anti-affinity that this pod would violate.
     for (e, terms) in cache.anti_pods() {
         for t in terms {
-            let owner_ns = e.namespace.as_str();
+            let owner_ns = e.namespace();
             let term = Term {
                 key: t.topology_key.clone(),
                 selector: parse(t.label_selector.as_ref(), &[], p),
@@ -370,7 +370,11 @@ mod tests {
             c.set_node(node(n, z));
         }
         for (name, app, n) in placed {
-            c.add_pod(&format!("d/{name}"), &pod(name, app, json!({})), n);
+            c.add_pod(
+                &format!("d/{name}"),
+                &Arc::new(pod(name, app, json!({}))),
+                n,
+            );
         }
         c
     }
@@ -492,7 +496,7 @@ mod tests {
             "loner",
             json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("web", "kubernetes.io/hostname")}}}),
         );
-        c.add_pod("d/loner", &loner, "b");
+        c.add_pod("d/loner", &Arc::new(loner.clone()), "b");
         assert_eq!(
             verdicts(&pod("p", "web", json!({})), &c),
             [Ok(()), Err(R_EXISTING_ANTI), Ok(())]

@@ -348,17 +348,17 @@ mod tests {
         let p = pod(json!({}));
         let r = requests(&p).0;
         assert!(filter(&p, &c.nodes["n"], &r).is_ok());
-        c.assume("d/a", &p, "n");
-        c.assume("d/b", &p, "n");
+        c.assume("d/a", &Arc::new(p.clone()), "n");
+        c.assume("d/b", &Arc::new(p.clone()), "n");
         assert_eq!(filter(&p, &c.nodes["n"], &r), Err(vec![R_CPU]));
         c.forget("d/b");
         assert!(filter(&p, &c.nodes["n"], &r).is_ok());
-        c.assume("d/b", &p, "n");
+        c.assume("d/b", &Arc::new(p.clone()), "n");
         c.remove_pod("d/a");
         c.remove_pod("d/b");
         let tiny = pod(json!({"containers": [{"name": "c", "image": "i"}]}));
         for k in ["x", "y", "z"] {
-            c.assume(k, &tiny, "n");
+            c.assume(k, &Arc::new(tiny.clone()), "n");
         }
         assert_eq!(
             filter(&tiny, &c.nodes["n"], &requests(&tiny).0),
@@ -433,7 +433,7 @@ mod tests {
         let web = pod(
             json!({"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}),
         );
-        c.assume("d/w1", &web, "n");
+        c.assume("d/w1", &Arc::new(web.clone()), "n");
         assert_eq!(
             filter(&web, &c.nodes["n"], &requests(&web).0),
             Err(vec![R_PORTS])
@@ -446,7 +446,7 @@ mod tests {
         c.set_node(node("busy", "4", json!({})));
         c.set_node(node("idle", "4", json!({})));
         let p = pod(json!({}));
-        c.assume("d/x", &p, "busy");
+        c.assume("d/x", &Arc::new(p.clone()), "busy");
         let nz = requests(&p).1;
         let raws = [
             raw_scores(&p, OwnerKey::of(&p), &c.nodes["busy"], &nz),
@@ -481,9 +481,9 @@ mod tests {
         c.set_node(node("a", "8", json!({})));
         c.set_node(node("b", "8", json!({})));
         let (mine, other) = (owned("uid-1"), owned("uid-2"));
-        c.assume("d/1", &mine, "a");
-        c.assume("d/2", &mine, "a");
-        c.assume("d/3", &other, "b");
+        c.assume("d/1", &Arc::new(mine.clone()), "a");
+        c.assume("d/2", &Arc::new(mine.clone()), "a");
+        c.assume("d/3", &Arc::new(other.clone()), "b");
         let nz = requests(&mine).1;
         let same = |c: &Cache, n: &str| {
             raw_scores(&mine, OwnerKey::of(&mine), &c.nodes[n], &nz).same_owner

@@ -27,10 +27,10 @@ impl Budget {
     fn covers(&self, e: &PodEntry) -> bool {
         // As upstream's `filterPodsWithPDBViolation`: an empty selector, or a pod without
         // labels, is covered by nothing.
-        e.namespace == self.namespace
+        e.namespace() == self.namespace
             && !self.selector.is_empty()
-            && !e.labels.is_empty()
-            && self.selector.matches(&e.labels)
+            && !e.labels().is_empty()
+            && self.selector.matches(e.labels())
     }
 }
 
@@ -190,10 +190,10 @@ mod tests {
         c.set_node(node("a"));
         c.set_node(node("b"));
         // a: two 1-cpu pods of a protected app; b: two 1-cpu pods of priority 20.
-        c.add_pod("d/a1", &labelled("a1", "1", 10, "db"), "a");
-        c.add_pod("d/a2", &labelled("a2", "1", 10, "db"), "a");
-        c.add_pod("d/b1", &labelled("b1", "1", 20, "web"), "b");
-        c.add_pod("d/b2", &labelled("b2", "1", 20, "web"), "b");
+        c.add_pod("d/a1", &Arc::new(labelled("a1", "1", 10, "db")), "a");
+        c.add_pod("d/a2", &Arc::new(labelled("a2", "1", 10, "db")), "a");
+        c.add_pod("d/b1", &Arc::new(labelled("b1", "1", 20, "web")), "b");
+        c.add_pod("d/b2", &Arc::new(labelled("b2", "1", 20, "web")), "b");
         let budget = |allowed| Budget {
             namespace: "d".into(),
             selector: rkube_api::LabelSelector::parse("app=db").unwrap(),
@@ -224,9 +224,9 @@ mod tests {
         c.set_node(node("a"));
         c.set_node(node("b"));
         // a: two 1-cpu pods of priority 10 and 5; b: one 2-cpu pod of priority 100.
-        c.add_pod("d/a1", &pod("a1", "1", 10, json!({})), "a");
-        c.add_pod("d/a2", &pod("a2", "1", 5, json!({})), "a");
-        c.add_pod("d/b1", &pod("b1", "2", 100, json!({})), "b");
+        c.add_pod("d/a1", &Arc::new(pod("a1", "1", 10, json!({}))), "a");
+        c.add_pod("d/a2", &Arc::new(pod("a2", "1", 5, json!({}))), "a");
+        c.add_pod("d/b1", &Arc::new(pod("b1", "2", 100, json!({}))), "b");
         // A 1-cpu pod of priority 50 evicts only the priority-5 pod on a.
         assert_eq!(
             plan_(&pod("p", "1", 50, json!({})), &c),
