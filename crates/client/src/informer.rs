@@ -252,13 +252,20 @@ impl<K: Resource> Sink<K> for Store<K> {
             let mut g = self.inner.write().unwrap();
             let mut fresh: HashSet<String> = HashSet::with_capacity(items.len());
             for obj in items {
-                let obj = self.prepare(obj);
                 let key = key_of(&obj);
                 fresh.insert(key.clone());
-                let new = Arc::new(obj);
+                // Unchanged (the same resourceVersion): the cached copy stays, so whoever holds
+                // it (an index, the scheduler's node entries) shares one copy with the store
+                // instead of keeping the old one beside a new one no change was sent for.
+                let rv = &obj.metadata().resource_version;
+                if g.items
+                    .get(&key)
+                    .is_some_and(|old| old.metadata().resource_version == *rv)
+                {
+                    continue;
+                }
+                let new = Arc::new(self.prepare(obj));
                 match g.put(key, new.clone()) {
-                    Some(old)
-                        if old.metadata().resource_version == new.metadata().resource_version => {}
                     Some(old) => changes.push(Change::Updated { old, new }),
                     None => changes.push(Change::Added(new)),
                 }
@@ -553,8 +560,13 @@ mod tests {
         assert_eq!(s.by_index(index::NODE_NAME, "n1").len(), 1);
         assert_eq!(s.by_index(index::NODE_NAME, "n2").len(), 1);
         // A relist: p1 unchanged (same RV), p2 gone, p3 new.
+        let p1 = s.get("a/p1").unwrap();
         s.replace(vec![pod("a", "p1", "2", "n2"), pod("a", "p3", "3", "n1")]);
         assert_eq!(s.len(), 2);
+        assert!(
+            Arc::ptr_eq(&p1, &s.get("a/p1").unwrap()),
+            "an unchanged object keeps its cached copy, which holders of it share"
+        );
         assert_eq!(
             s.by_index(index::NODE_NAME, "n1")[0]
                 .metadata

@@ -379,7 +379,8 @@ mod tests {
             "envFrom": [{"configMapRef": {"name": "cm"}}], "workingDir": "/w",
             "ports": [{"containerPort": 80, "name": "http", "protocol": "TCP"}],
             "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
-            "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}},
+            "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"},
+                "claims": [{"name": "rc"}]},
             "restartPolicy": "Always",
             "securityContext": {"privileged": false, "runAsUser": 1000},
             "livenessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 3},
@@ -400,14 +401,17 @@ mod tests {
             "allocatedResources": {"cpu": "100m"},
             "resources": {"requests": {"cpu": "100m"}},
             "user": {"linux": {"uid": 0, "gid": 0}},
-            "volumeMounts": [{"name": "v", "mountPath": "/v"}], "stopSignal": "SIGTERM"
+            "volumeMounts": [{"name": "v", "mountPath": "/v"}], "stopSignal": "SIGTERM",
+            "allocatedResourcesStatus": [{"name": "claim:rc",
+                "resources": [{"resourceID": "r1", "health": "Healthy"}]}]
         });
-        let spec = json!({
+        let mut spec = json!({
                 "activeDeadlineSeconds": 5, "automountServiceAccountToken": false,
                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
                     {"nodeSelectorTerms": [{"matchExpressions":
                         [{"key": "k", "operator": "In", "values": ["v"]}]}]}}},
                 "containers": [container.clone()], "initContainers": [container],
+
                 "dnsConfig": {"nameservers": ["1.1.1.1"]}, "dnsPolicy": "None",
                 "enableServiceLinks": true, "hostAliases": [{"ip": "1.2.3.4", "hostnames": ["h"]}],
                 "hostIPC": true, "hostNetwork": true, "hostPID": true, "hostUsers": false,
@@ -427,11 +431,15 @@ mod tests {
                     "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
                 "volumes": [{"name": "v", "emptyDir": {}}]
         });
+        spec["ephemeralContainers"] =
+            json!([{"name": "e", "image": "busybox", "targetContainerName": "c"}]);
+        spec["resourceClaims"] = json!([{"name": "rc", "resourceClaimName": "claim"}]);
         let pod_status = json!({
                 "phase": "Running", "message": "m", "reason": "r", "qosClass": "Burstable",
                 "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}],
                 "podIP": "10.1.0.2", "podIPs": [{"ip": "10.1.0.2"}],
                 "nominatedNodeName": "n2", "observedGeneration": 3, "resize": "InProgress",
+                "resourceClaimStatuses": [{"name": "rc", "resourceClaimName": "claim"}],
                 "startTime": "2026-01-01T00:00:00Z",
                 "conditions": [{"type": "Ready", "status": "True"}],
                 "containerStatuses": [status.clone()], "initContainerStatuses": [status.clone()],

@@ -476,7 +476,9 @@ pub fn bind(cur: &Value, name: &str, binding: &Value) -> Result<Value, ApiError>
         let entry = md.entry("annotations").or_insert_with(|| json!({}));
         if let Some(m) = entry.as_object_mut() {
             for (k, v) in a {
-                m.insert(k.clone(), v.clone());
+                // `validate_binding` let only strings and nulls through; a null decodes as "".
+                let v = if v.is_null() { json!("") } else { v.clone() };
+                m.insert(k.clone(), v);
             }
         }
     }
@@ -490,6 +492,18 @@ pub fn validate_binding(name: &str, binding: &Value) -> Result<(), ApiError> {
     if !bname.is_empty() && bname != name {
         return Err(ApiError::bad_request(
             "name in URL does not match name in Binding object",
+        ));
+    }
+    // The annotations are copied into the pod as they are, past the decoding every other pod
+    // write goes through: anything but a map of strings (as upstream's decoder demands) would
+    // store a pod no typed client could read, and every pod informer would stall on it.
+    let annotations = binding.pointer("/metadata/annotations");
+    let strings =
+        |a: &serde_json::Map<String, Value>| a.values().all(|v| v.is_string() || v.is_null());
+    if !annotations.is_none_or(|a| a.is_null() || a.as_object().is_some_and(strings)) {
+        return Err(ApiError::bad_request(
+            "Binding in version \"v1\" cannot be handled as a Binding: \
+             metadata.annotations: expected a map of strings",
         ));
     }
     let kind = s(binding, "/target/kind");
@@ -648,6 +662,32 @@ fn validate_ephemeral(new: &Value, old: &Value, causes: &mut Vec<StatusCause>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binding_carries_only_string_annotations_into_the_pod() {
+        let binding = |annotations: Value| {
+            json!({"metadata": {"name": "p", "annotations": annotations},
+                "target": {"kind": "Node", "name": "n1"}})
+        };
+        for bad in [
+            json!({"a": 1}),
+            json!({"a": {"b": "c"}}),
+            json!(["a"]),
+            json!("a"),
+        ] {
+            let err = validate_binding("p", &binding(bad.clone())).unwrap_err();
+            assert_eq!(err.code(), 400, "{bad}");
+        }
+        let good = binding(json!({"a": "x", "b": null}));
+        validate_binding("p", &good).unwrap();
+        validate_binding("p", &binding(Value::Null)).unwrap();
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        let bound = bind(&pod, "p", &good).unwrap();
+        assert_eq!(bound["metadata"]["annotations"], json!({"a": "x", "b": ""}));
+        assert_eq!(bound["spec"]["nodeName"], "n1");
+        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(bound).unwrap();
+        assert_eq!(typed.metadata.annotations.unwrap()["a"], "x");
+    }
 
     #[test]
     fn create_and_columns() {
