@@ -422,7 +422,7 @@ impl Cacher {
         if matches!(spec.start, Start::Snapshot) {
             let mut lines: Vec<Line> = snapshot
                 .iter()
-                .map(|o| Line::event(EventType::Added, o.json.clone()))
+                .map(|o| Line::event(EventType::Added, o.json()))
                 .collect();
             if spec.initial_events_end {
                 lines.push(bookmark_line(self.def, snapshot_rv, true));
@@ -619,6 +619,10 @@ impl Cacher {
         self.dispatch(&mut st, &ev);
         drop(st);
         self.rv_tx.send_replace(ev.rv);
+        // The version this event replaced is the history's alone from now on.
+        if let Some(prev) = &ev.prev {
+            prev.pack();
+        }
     }
 
     /// A progress notification: every change up to `rv` has been seen.

@@ -1,7 +1,7 @@
 //! What the watch cache holds: each object serialized once (with its resourceVersion) plus
 //! its labels and selectable fields, and each event, whose wire lines share the object's bytes.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use rkube_api::{meta, FieldSelector, LabelSelector, ResourceDef};
@@ -19,7 +19,9 @@ pub const CONVERSION_FAILED: &str = "converting";
 pub struct CachedObject {
     pub key: String,
     pub rv: u64,
-    pub json: Bytes,
+    /// The wire form (`json()`); a version something newer replaced, which only the history
+    /// still holds, is kept compressed (`pack`).
+    json: Mutex<Json>,
     /// The kind's selectable fields beyond the common two (what `fields` holds, in order).
     selectable: &'static [&'static str],
     /// Sorted `(key, value)` label pairs.
@@ -28,7 +30,58 @@ pub struct CachedObject {
     fields: Box<str>,
 }
 
+/// An object's JSON as it is, or lz4-compressed with its length in front.
+#[derive(Debug)]
+enum Json {
+    Plain(Bytes),
+    Packed(Box<[u8]>),
+}
+
+/// Objects smaller than this are not worth compressing.
+const PACK_MIN: usize = 512;
+
 impl CachedObject {
+    /// The object's JSON, the wire form with its resourceVersion.
+    pub fn json(&self) -> Bytes {
+        let packed = match &*self.json.lock().unwrap_or_else(|e| e.into_inner()) {
+            Json::Plain(b) => return b.clone(),
+            Json::Packed(p) => p.clone(),
+        };
+        match lz4_flex::decompress_size_prepended(&packed) {
+            Ok(json) => Bytes::from(json),
+            // Not reachable: the bytes are ours, compressed by `pack`.
+            Err(e) => {
+                tracing::error!(key = %self.key, error = %e, "cached object does not decompress");
+                Bytes::new()
+            }
+        }
+    }
+
+    /// Keeps the JSON compressed from now on: for a version that is no longer current, which
+    /// only a watch replaying the history reads again (the 75 s history held most of the
+    /// apiserver's memory at 10k pods, and pod JSON compresses about threefold).
+    pub fn pack(&self) {
+        let plain = match &*self.json.lock().unwrap_or_else(|e| e.into_inner()) {
+            Json::Plain(b) if b.len() >= PACK_MIN => b.clone(),
+            _ => return,
+        };
+        let packed = lz4_flex::compress_prepend_size(&plain);
+        // Worth it only when it saves a quarter.
+        if packed.len() * 4 > plain.len() * 3 {
+            return;
+        }
+        *self.json.lock().unwrap_or_else(|e| e.into_inner()) =
+            Json::Packed(packed.into_boxed_slice());
+    }
+
+    /// Whether `pack` compressed the JSON.
+    pub fn is_packed(&self) -> bool {
+        matches!(
+            *self.json.lock().unwrap_or_else(|e| e.into_inner()),
+            Json::Packed(_)
+        )
+    }
+
     /// Decodes a stored value and stamps `rv` as its resourceVersion.
     pub fn decode(
         strategy: &dyn Strategy,
@@ -136,11 +189,11 @@ impl CachedObject {
             key,
             rv,
             // Exactly sized: serialization grows its buffer by doubling.
-            json: if json.capacity() == json.len() {
+            json: Mutex::new(Json::Plain(if json.capacity() == json.len() {
                 Bytes::from(json)
             } else {
                 Bytes::copy_from_slice(&json)
-            },
+            })),
             selectable,
             labels: labels.into_boxed_slice(),
             fields: fields.join("\0").into_boxed_str(),
@@ -150,12 +203,14 @@ impl CachedObject {
     /// The same object re-stamped with another resourceVersion (a DELETED event carries the
     /// revision of the delete).
     pub fn with_rv(&self, rv: u64) -> Self {
-        let mut obj: Value = serde_json::from_slice(&self.json).unwrap_or(Value::Null);
+        let mut obj: Value = serde_json::from_slice(&self.json()).unwrap_or(Value::Null);
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
         CachedObject {
             key: self.key.clone(),
             rv,
-            json: Bytes::copy_from_slice(&serde_json::to_vec(&obj).unwrap_or_default()),
+            json: Mutex::new(Json::Plain(Bytes::from(
+                serde_json::to_vec(&obj).unwrap_or_default(),
+            ))),
             selectable: self.selectable,
             labels: self.labels.clone(),
             fields: self.fields.clone(),
@@ -195,7 +250,7 @@ impl CachedObject {
     }
 
     pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+        serde_json::from_slice(&self.json()).unwrap_or(Value::Null)
     }
 }
 
@@ -369,7 +424,7 @@ impl CachedEvent {
     /// The line a watcher with `filter` receives for this event, if any, with selector
     /// transitions turned into ADDED / DELETED.
     pub fn line_for(&self, filter: &Filter) -> Option<Line> {
-        let this = |kind| Line::event(kind, self.obj.json.clone());
+        let this = |kind| Line::event(kind, self.obj.json());
         match self.kind {
             EventType::Added | EventType::Deleted => {
                 filter.matches(&self.obj).then(|| this(self.kind))
@@ -385,7 +440,7 @@ impl CachedEvent {
                         self.prev_at_rv
                             .get_or_init(|| {
                                 let p = self.prev.as_ref().expect("old matched");
-                                p.with_rv(self.rv).json.clone()
+                                p.with_rv(self.rv).json()
                             })
                             .clone(),
                     )),
@@ -444,6 +499,45 @@ mod tests {
     }
 
     #[test]
+    fn a_packed_version_serves_the_same_bytes() {
+        let labels: serde_json::Map<String, Value> = (0..40)
+            .map(|i| (format!("label-{i}"), json!("value")))
+            .collect();
+        let pod = |app: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "a", "labels": {"app": app},
+                    "annotations": labels.clone()},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}})
+        };
+        let old = Arc::new(slow(&pod("web"), 7));
+        let plain = old.json();
+        old.pack();
+        assert!(
+            old.is_packed(),
+            "a repetitive object of {} bytes packs",
+            plain.len()
+        );
+        assert_eq!(old.json(), plain);
+        assert_eq!(old.value()["metadata"]["labels"]["app"], "web");
+        assert_eq!(old.with_rv(9).value()["metadata"]["resourceVersion"], "9");
+        // A watcher whose selector the object leaves gets the packed version, re-stamped.
+        let new = Arc::new(slow(&pod("db"), 9));
+        let ev = CachedEvent::new(EventType::Modified, 9, new, Some(old));
+        let filter = Filter {
+            labels: LabelSelector::parse("app=web").unwrap(),
+            ..Default::default()
+        };
+        let line = ev.line_for(&filter).expect("a DELETED line");
+        let sent: Value = serde_json::from_slice(&line.object).unwrap();
+        assert_eq!(sent["metadata"]["labels"]["app"], "web");
+        assert_eq!(sent["metadata"]["resourceVersion"], "9");
+        // Small objects stay as they are.
+        let small = slow(&json!({"metadata": {"name": "s"}}), 1);
+        small.pack();
+        assert!(!small.is_packed());
+    }
+
+    #[test]
     fn stored_bytes_are_served_with_the_resource_version_written_in() {
         let stored = json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -457,11 +551,11 @@ mod tests {
         let slow = slow(&stored, 42);
         let parsed = |j: &[u8]| serde_json::from_slice::<Value>(j).unwrap();
         assert_eq!(
-            parsed(&fast.json),
-            parsed(&slow.json),
+            parsed(&fast.json()),
+            parsed(&slow.json()),
             "same object, RV included"
         );
-        assert_eq!(parsed(&fast.json)["metadata"]["resourceVersion"], "42");
+        assert_eq!(parsed(&fast.json())["metadata"]["resourceVersion"], "42");
         assert_eq!(fast.labels, slow.labels);
         assert_eq!(fast.fields, slow.fields);
         assert_eq!(fast.node(), "n1");
@@ -469,7 +563,7 @@ mod tests {
         assert_eq!(fast.label("tier"), Some("x"));
         // Through `decode`, the way the feed calls it.
         let via = CachedObject::decode(pods(), "k".into(), &bytes, 42).unwrap();
-        assert_eq!(via.json, fast.json);
+        assert_eq!(via.json(), fast.json());
     }
 
     #[test]
@@ -478,7 +572,7 @@ mod tests {
         let empty = br#"{"kind":"Pod","metadata":{ },"spec":{}}"#;
         let o = CachedObject::decode_stored_as_served(p, "k", empty, 7).unwrap();
         assert_eq!(
-            serde_json::from_slice::<Value>(&o.json).unwrap()["metadata"],
+            serde_json::from_slice::<Value>(&o.json()).unwrap()["metadata"],
             json!({"resourceVersion": "7"})
         );
         for odd in [
@@ -499,7 +593,7 @@ mod tests {
             9,
         )
         .unwrap();
-        assert!(!o.json.contains(&b'\n'));
+        assert!(!o.json().contains(&b'\n'));
         assert_eq!(o.label("ab"), Some("c"));
         let o = CachedObject::decode(
             p,
@@ -509,7 +603,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            serde_json::from_slice::<Value>(&o.json).unwrap()["metadata"]["resourceVersion"],
+            serde_json::from_slice::<Value>(&o.json()).unwrap()["metadata"]["resourceVersion"],
             "9"
         );
     }

@@ -38,7 +38,7 @@ impl Registry {
                 }
                 let (obj, _) = cache.get(&key)?;
                 return obj
-                    .map(|o| o.json.clone())
+                    .map(|o| o.json())
                     .ok_or_else(|| ApiError::not_found(&self.gr(), name));
             }
         }
@@ -157,7 +157,7 @@ impl Registry {
         let remaining = (more && filter.labels.is_empty() && filter.fields.is_empty())
             .then_some(remaining as i64);
         Ok(ListResult {
-            items: objs.iter().map(|o| o.json.clone()).collect(),
+            items: objs.iter().map(|o| o.json()).collect(),
             rv,
             continue_token,
             remaining,
@@ -231,7 +231,7 @@ impl Registry {
                 ) {
                     Ok(o) => {
                         if filter.matches(&o) {
-                            items.push(o.json.clone());
+                            items.push(o.json());
                         }
                     }
                     // A conversion webhook down: a 500, never a list missing objects.

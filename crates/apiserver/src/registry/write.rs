@@ -369,7 +369,7 @@ impl Registry {
             .as_ref()
             .filter(|c| self.strategy.served_as_stored() && c.is_ready());
         if let Some(Ok((Some(o), _))) = cache.map(|c| c.get(key)) {
-            if let Ok(obj) = serde_json::from_slice(&o.json) {
+            if let Ok(obj) = serde_json::from_slice(&o.json()) {
                 return Ok(Some(Current {
                     obj,
                     rev: o.rv as i64,
