@@ -22,13 +22,7 @@ pub struct Pod {
 }
 
 impl Pod {
-    /// The same pod in k8s-openapi's form (through its JSON: for the rare path that hands a
-    /// cached pod to an API taking the full type).
-    pub fn to_k8s(&self) -> v1::Pod {
-        convert(self)
-    }
-
-    /// A k8s-openapi pod in this form.
+    /// A k8s-openapi pod in this form (through its JSON; for tests that build one).
     pub fn from_k8s(p: &v1::Pod) -> Pod {
         convert(p)
     }
@@ -92,31 +86,9 @@ impl Serialize for Quantities {
 
 impl<'de> Deserialize<'de> for Quantities {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Entries;
-        impl<'de> serde::de::Visitor<'de> for Entries {
-            type Value = Quantities;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a map of resource quantities")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut m: A,
-            ) -> Result<Quantities, A::Error> {
-                let mut v: Vec<(String, Quantity)> = Vec::new();
-                while let Some(entry) = m.next_entry()? {
-                    v.push(entry);
-                }
-                // Sorted by name; a repeated name keeps its last value, as a map's would (the
-                // sort is stable, so reversed first, the last value leads its run).
-                v.reverse();
-                v.sort_by(|a, b| a.0.cmp(&b.0));
-                v.dedup_by(|later, kept| later.0 == kept.0);
-                Ok(Quantities(v.into_boxed_slice()))
-            }
-        }
-        d.deserialize_map(Entries)
+        // Read as the map it is: sorted, and a repeated name keeps its last value.
+        let map = BTreeMap::<String, Quantity>::deserialize(d)?;
+        Ok(Quantities(map.into_iter().collect()))
     }
 }
 
@@ -462,7 +434,7 @@ mod tests {
         );
         assert_eq!(a, b);
         assert_eq!(a, rich(), "no field of the test pod is lost or renamed");
-        assert_eq!(cached.to_k8s(), full);
+        assert_eq!(convert::<_, v1::Pod>(&cached), full);
         assert_eq!(Pod::from_k8s(&full), cached);
     }
 
