@@ -621,7 +621,7 @@ impl Cacher {
         self.rv_tx.send_replace(ev.rv);
         // The version this event replaced is the history's alone from now on.
         if let Some(prev) = &ev.prev {
-            prev.pack();
+            prev.pack(&ev.obj);
         }
     }
 
