@@ -46,7 +46,7 @@ pub struct Flags {
     #[arg(long, default_value_t = 128)]
     max_txn_ops: usize,
     /// redb page cache in MiB.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = crate::DEFAULT_CACHE_MB)]
     cache_size_mb: usize,
     #[command(flatten)]
     serve: rkube_daemon::ServeFlags,

@@ -39,6 +39,12 @@ use tokio::net::TcpListener;
 use crate::apply::WriteOp;
 use crate::mvcc::Mvcc;
 
+/// redb's page cache in MiB unless configured. Reads are rare here (the index answers
+/// revisions, and the apiserver's watch cache the reads), so the cache mostly holds pages just
+/// written: at 64 MiB it was half the store's memory with 10k pods, and 16 MiB measured the
+/// same write, range and end-to-end rates (the OS page cache keeps the file either way).
+pub const DEFAULT_CACHE_MB: usize = 16;
+
 /// Validated configuration of one store process.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -52,7 +58,7 @@ pub struct Config {
     pub watch_progress_notify_interval: Duration,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
-    /// redb page cache size.
+    /// redb page cache size (`DEFAULT_CACHE_MB`).
     pub cache_bytes: usize,
     /// Queued messages per watch stream before its slowest watcher is cancelled.
     pub watch_buffer: usize,
@@ -82,7 +88,7 @@ impl Config {
             watch_progress_notify_interval: Duration::from_secs(600),
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
-            cache_bytes: 64 * 1024 * 1024,
+            cache_bytes: DEFAULT_CACHE_MB * 1024 * 1024,
             watch_buffer: 1024,
             min_lease_ttl: 2,
             max_watchers: 100_000,
