@@ -174,13 +174,15 @@ pub async fn lease_loop(
     };
     loop {
         let result = if renewed_once {
-            match renew().await {
-                Err(e) if e.is_not_found() => create().await,
+            // Each call boxed: a node loop waits most of its life, and the calls' state
+            // inline made each of the thousands of idle loops several KB.
+            match Box::pin(renew()).await {
+                Err(e) if e.is_not_found() => Box::pin(create()).await,
                 r => r,
             }
         } else {
-            match create().await {
-                Err(e) if e.is_already_exists() => renew().await,
+            match Box::pin(create()).await {
+                Err(e) if e.is_already_exists() => Box::pin(renew()).await,
                 r => r,
             }
         };
@@ -220,7 +222,8 @@ pub async fn status_loop(client: Client, spec: NodeSpec, shutdown: CancellationT
             _ = tokio::time::sleep(wait) => {}
         }
         wait = jittered(spec.status_update_frequency);
-        let stale = match nodes.get(&spec.name).await {
+        // Boxed, as the lease loop's calls.
+        let stale = match Box::pin(nodes.get(&spec.name)).await {
             Ok(n) => n
                 .status
                 .and_then(|s| s.conditions)
@@ -228,7 +231,7 @@ pub async fn status_loop(client: Client, spec: NodeSpec, shutdown: CancellationT
                 .is_none_or(|c| c.status != "True"),
             Err(e) if e.is_not_found() => {
                 // Deleted under us: register again, as a kubelet does.
-                if let Err(e) = register(&client, &spec).await {
+                if let Err(e) = Box::pin(register(&client, &spec)).await {
                     tracing::warn!(node = %spec.name, error = %e, "re-registering node failed");
                 }
                 continue;
@@ -241,7 +244,7 @@ pub async fn status_loop(client: Client, spec: NodeSpec, shutdown: CancellationT
                 since = now.clone();
             }
             let patch = json!({"status": spec.status(&now, &since)});
-            match nodes.patch_status(&spec.name, &Patch::Merge(patch)).await {
+            match Box::pin(nodes.patch_status(&spec.name, &Patch::Merge(patch))).await {
                 Ok(_) => last_report = tokio::time::Instant::now(),
                 Err(e) => {
                     tracing::warn!(node = %spec.name, error = %e, "node status update failed")

@@ -6,7 +6,7 @@
 //! start in order, keep running beside the app and stop once the app containers have finished.
 //! `status()` renders what a real kubelet reports.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -149,8 +149,7 @@ pub struct PodSim {
     restart_always: bool,
     restart_never: bool,
     deleting: bool,
-    /// Condition type → (status, last transition).
-    conditions: BTreeMap<&'static str, (bool, DateTime<Utc>)>,
+    conditions: Conditions,
     uid: String,
     /// Ephemeral containers (`kubectl debug`) as they were added.
     ephemeral: Vec<Ephemeral>,
@@ -425,6 +424,39 @@ impl Container {
     }
 }
 
+/// The four conditions the kubelet owns: (type, status, last transition), in type order. An
+/// array, not a map: a map's node took ~350 bytes of every simulated pod.
+#[derive(Clone, Debug)]
+struct Conditions([(&'static str, bool, DateTime<Utc>); 4]);
+
+impl Conditions {
+    /// Each owned condition False since `wall`.
+    fn new(wall: DateTime<Utc>) -> Self {
+        Conditions(
+            [
+                "ContainersReady",
+                "Initialized",
+                "PodReadyToStartContainers",
+                "Ready",
+            ]
+            .map(|t| (t, false, wall)),
+        )
+    }
+
+    /// The condition's status, `None` for a type the kubelet does not own.
+    fn get(&self, t: &str) -> Option<bool> {
+        self.0.iter().find(|c| c.0 == t).map(|c| c.1)
+    }
+
+    /// Sets an owned condition's status (a type not owned is ignored).
+    fn set(&mut self, t: &str, status: bool, wall: DateTime<Utc>) {
+        if let Some(c) = self.0.iter_mut().find(|c| c.0 == t) {
+            c.1 = status;
+            c.2 = wall;
+        }
+    }
+}
+
 impl PodSim {
     pub fn new(
         pod: &Pod,
@@ -452,12 +484,9 @@ impl PodSim {
         // A collected chain of a flatten starts at room for four (of ~700 bytes each): ten
         // thousand one-container pods kept 19 MB of it.
         containers.shrink_to_fit();
-        let mut conditions = BTreeMap::new();
-        conditions.insert("PodReadyToStartContainers", (false, wall));
+        let mut conditions = Conditions::new(wall);
         let no_inits = containers.iter().all(|c| c.kind == Kind::App);
-        conditions.insert("Initialized", (no_inits, wall));
-        conditions.insert("ContainersReady", (false, wall));
-        conditions.insert("Ready", (false, wall));
+        conditions.set("Initialized", no_inits, wall);
         PodSim {
             containers,
             sandbox_at: now + stages.sandbox,
@@ -744,8 +773,7 @@ impl PodSim {
         let mut events = Vec::new();
         if !self.sandbox_ready && !self.deleting && now >= self.sandbox_at {
             self.sandbox_ready = true;
-            self.conditions
-                .insert("PodReadyToStartContainers", (true, wall));
+            self.conditions.set("PodReadyToStartContainers", true, wall);
         }
         // In spec order: each init container waits for the ones before it (`gate`: when the
         // last of them let the next start), the app containers for all of them.
@@ -825,8 +853,8 @@ impl PodSim {
                 .filter(|c| c.kind != Kind::Init)
                 .all(|c| c.ready);
         let mut set = |t: &'static str, v: bool| {
-            if self.conditions.get(t).map(|c| c.0) != Some(v) {
-                self.conditions.insert(t, (v, wall));
+            if self.conditions.get(t) != Some(v) {
+                self.conditions.set(t, v, wall);
             }
         };
         set("Initialized", initialized);
@@ -1062,7 +1090,7 @@ impl PodSim {
             .and_then(|s| s.conditions.clone())
             .unwrap_or_default()
             .into_iter()
-            .filter(|c| !self.conditions.contains_key(c.type_.as_str()))
+            .filter(|c| self.conditions.get(&c.type_).is_none())
             .collect();
         let names = |pick: &dyn Fn(&Container) -> bool| {
             let n: Vec<&str> = self
@@ -1073,8 +1101,8 @@ impl PodSim {
                 .collect();
             n.join(" ")
         };
-        for (t, (ok, at)) in &self.conditions {
-            let (reason, message) = match (*t, ok) {
+        for &(t, ok, at) in &self.conditions.0 {
+            let (reason, message) = match (t, ok) {
                 ("ContainersReady" | "Ready", false) if terminal => {
                     (Some("PodCompleted".to_string()), None)
                 }
@@ -1105,8 +1133,8 @@ impl PodSim {
             };
             conditions.push(PodCondition {
                 type_: t.to_string(),
-                status: if *ok { "True" } else { "False" }.into(),
-                last_transition_time: ts(*at),
+                status: if ok { "True" } else { "False" }.into(),
+                last_transition_time: ts(at),
                 reason,
                 message,
                 ..Default::default()
