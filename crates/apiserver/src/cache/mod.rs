@@ -352,7 +352,8 @@ impl Cacher {
     /// handler sends as an in-stream ERROR event).
     pub fn watch(&self, spec: WatchSpec) -> Result<WatchStream, ApiError> {
         let mut snapshot: Vec<Arc<CachedObject>> = Vec::new();
-        let mut initial = Vec::new();
+        let mut replay: Vec<Arc<CachedEvent>> = Vec::new();
+        let replay_filter = matches!(spec.start, Start::After(_)).then(|| spec.filter.clone());
         let (id, rx, snapshot_rv) = {
             let mut st = self.state.lock().unwrap();
             if st.closed {
@@ -381,12 +382,10 @@ impl Cacher {
                             st.oldest_rv - 1
                         )));
                     }
+                    // Only pointers under the lock too: an older version is read back from
+                    // its compressed form, up to a run of them for each line.
                     let from = st.history.partition_point(|e| e.rv <= n);
-                    for ev in st.history.iter().skip(from) {
-                        if let Some(line) = ev.line_for(&spec.filter) {
-                            initial.push(line);
-                        }
-                    }
+                    replay.extend(st.history.iter().skip(from).cloned());
                     n.max(st.rv)
                 }
             };
@@ -419,16 +418,15 @@ impl Cacher {
             st.watchers.insert(id, w);
             (id, rx, min_rv)
         };
-        if matches!(spec.start, Start::Snapshot) {
-            let mut lines: Vec<Line> = snapshot
-                .iter()
-                .map(|o| Line::event(EventType::Added, o.json()))
-                .collect();
-            if spec.initial_events_end {
-                lines.push(bookmark_line(self.def, snapshot_rv, true));
-            }
-            lines.append(&mut initial);
-            initial = lines;
+        let mut initial: Vec<Line> = snapshot
+            .iter()
+            .map(|o| Line::event(EventType::Added, o.json()))
+            .collect();
+        if matches!(spec.start, Start::Snapshot) && spec.initial_events_end {
+            initial.push(bookmark_line(self.def, snapshot_rv, true));
+        }
+        if let Some(filter) = replay_filter {
+            initial.extend(replay.iter().filter_map(|ev| ev.line_for(&filter)));
         }
         Ok(WatchStream { id, initial, rx })
     }

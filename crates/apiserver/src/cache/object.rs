@@ -109,6 +109,8 @@ impl CachedObject {
         let packed = packed.into_boxed_slice();
         let json = match dict {
             Some(_) => {
+                // `next` is the event's fresh version, packed against by this one alone: the
+                // cache's feed task packs each replaced version once, oldest first.
                 next.behind.store(run, Ordering::Relaxed);
                 Json::Delta {
                     base: next.clone(),

@@ -91,6 +91,46 @@ async fn watch_from_rv_and_transitions(c: &Cluster) {
     );
 }
 
+/// A watch from an old resourceVersion replays versions the watch cache no longer holds as
+/// current: kept compressed, each against the version after it, in runs. The replay must be
+/// byte for byte what watchers saw live.
+async fn a_watch_replays_old_versions_as_they_were_sent_live(c: &Cluster) {
+    // Over the size worth compressing, changed often enough for several runs.
+    let annotations: serde_json::Map<String, serde_json::Value> = (0..30)
+        .map(|i| (format!("example.com/note-{i}"), json!(format!("value {i}"))))
+        .collect();
+    let mut p = pod("replayed", json!({"app": "r"}));
+    p["metadata"]["annotations"] = json!(annotations);
+    let (status, created) = c.post("/api/v1/namespaces/default/pods", &p).await;
+    assert_eq!(status, 201, "{created}");
+    let from = rv_of(&created);
+    let watch = format!("/api/v1/namespaces/default/pods?watch=1&resourceVersion={from}");
+    let mut live = c.watch(&watch).await;
+    let mut rvs = Vec::new();
+    for i in 0..20 {
+        let (status, v) = c
+            .merge_patch(
+                "/api/v1/namespaces/default/pods/replayed",
+                &json!({"metadata": {"labels": {"step": i.to_string()}}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        rvs.push(rv_of(&v));
+    }
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        seen.push(live.next(T).await.expect("each change, live"));
+    }
+    // Every version but the last is now the history's alone.
+    let mut replayed = c.watch(&watch).await;
+    for (i, sent) in seen.iter().enumerate() {
+        let again = replayed.next(T).await.expect("each change, replayed");
+        assert_eq!(rv_of(&again["object"]), rvs[i]);
+        assert_eq!(again["object"]["metadata"]["labels"]["step"], i.to_string());
+        assert_eq!(&again, sent, "version {i} replayed as sent live");
+    }
+}
+
 async fn node_watch_sees_binding_as_added(c: &Cluster) {
     let mut kubelet = c
         .watch("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-7")
@@ -299,6 +339,7 @@ async fn watch_resumes_across_apiserver_restart(c: &Cluster) {
 
 cases! {
     watch_from_rv_and_transitions, watch_from_rv_and_transitions_rkube, watch_from_rv_and_transitions_etcd;
+    a_watch_replays_old_versions_as_they_were_sent_live, a_watch_replays_old_versions_as_they_were_sent_live_rkube, a_watch_replays_old_versions_as_they_were_sent_live_etcd;
     node_watch_sees_binding_as_added, node_watch_sees_binding_as_added_rkube, node_watch_sees_binding_as_added_etcd;
     bookmarks_follow_other_resources, bookmarks_follow_other_resources_rkube, bookmarks_follow_other_resources_etcd;
     streaming_list, streaming_list_rkube, streaming_list_etcd;
