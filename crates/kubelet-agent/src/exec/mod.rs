@@ -52,6 +52,11 @@ const MAX_FORWARDS: usize = 128;
 const MAX_HEAD: usize = 64 * 1024;
 /// An interactive shell's longest line.
 const MAX_LINE: usize = 64 * 1024;
+/// How long a WebSocket session's command takes to start, as a runtime's exec takes a moment.
+/// client-go sets up its channels only after the handshake and drops what arrives on a channel
+/// it has not set up yet: a command answered at once lost its output or its exit status (kubectl
+/// 1.33 `exec` failed about one time in five here, the bytes already buffered with the 101).
+const WS_START: Duration = Duration::from_millis(20);
 
 #[derive(Clone)]
 pub struct Streaming {
@@ -717,6 +722,7 @@ async fn ws_session<R: AsyncRead + Unpin + Send + 'static>(
         ERROR
     };
     let _ = wire.send(channel_frame(first, &[])).await;
+    tokio::time::sleep(WS_START).await;
     let cancel = CancellationToken::new();
     let (stdin_tx, stdin_rx) = stdin_pair(&o);
     let reader = {
